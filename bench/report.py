@@ -1,0 +1,84 @@
+"""The one result shape every benchmark writes (DESIGN.md "Performance and reliability targets")."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A measured value compared with its goal, e.g. ``Target.at_least("speedup", 3.4, 3.0)``."""
+
+    name: str
+    value: float
+    target: str
+    met: bool
+
+    @classmethod
+    def at_least(cls, name: str, value: float, bound: float) -> Target:
+        return cls(name=name, value=float(value), target=f">= {bound:g}", met=value >= bound)
+
+    @classmethod
+    def at_most(cls, name: str, value: float, bound: float) -> Target:
+        return cls(name=name, value=float(value), target=f"<= {bound:g}", met=value <= bound)
+
+    @classmethod
+    def is_true(cls, name: str, condition: bool) -> Target:
+        return cls(name=name, value=float(bool(condition)), target="== 1", met=bool(condition))
+
+
+@dataclass
+class BenchReport:
+    benchmark: str
+    quick: bool
+    params: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, Any] = field(default_factory=dict)
+    targets: list[Target] = field(default_factory=list)
+    started: str = field(
+        default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    )
+
+    @property
+    def all_met(self) -> bool:
+        return all(t.met for t in self.targets)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "benchmark": self.benchmark,
+            "quick": self.quick,
+            "machine": machine_description(),
+            "started": self.started,
+            "params": self.params,
+            "series": self.series,
+            "targets": [t.__dict__ for t in self.targets],
+        }
+
+    def write(self, results_dir: Path = RESULTS_DIR) -> Path:
+        results_dir.mkdir(parents=True, exist_ok=True)
+        path = results_dir / f"{self.benchmark}.json"
+        path.write_text(json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n")
+        return path
+
+
+def machine_description() -> str:
+    cores = os.cpu_count() or 0
+    try:
+        mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
+        memory = f"{mem_kib / 2**20:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        memory = "unknown memory"
+    return f"{cores} cores, {memory}, {platform.machine()}, Python {platform.python_version()}"
+
+
+def plot_path(benchmark: str, suffix: str = "") -> Path:
+    """Where a benchmark saves its PNG (beside the JSON)."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    return RESULTS_DIR / f"{benchmark}{suffix}.png"
