@@ -23,7 +23,7 @@ class _Event:
 
 
 class EventHandle:
-    """Returned by :meth:`EventLoop.at`; lets a scenario cancel a pending event (e.g. a preemption)."""
+    """Returned by :meth:`EventLoop.at`; lets a scenario cancel a pending event (a preemption)."""
 
     __slots__ = ("_event",)
 
