@@ -12,6 +12,8 @@ export PYTHONDONTWRITEBYTECODE := 1
 $(STAMP): requirements/base.txt requirements/dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements/dev.txt
+	# the SDK (sdk/loom) is importable from the venv, as a trainer's `pip install ./sdk` makes it
+	echo "$(CURDIR)/sdk" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/loom-sdk.pth"
 	touch $@
 
 venv: $(STAMP)

@@ -1,0 +1,102 @@
+"""``loom.AsyncClient``: the asyncio twin of :class:`loom.Client` (same protocol module)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from loom import protocol
+from loom.errors import ResultTimeout, TransientError
+from loom.types import Action
+
+
+class AsyncClient:
+    """``async with AsyncClient(url, api_key=...) as client: await client.submit(...)``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout_s: float = 60.0,
+        retry: protocol.RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._retry = retry or protocol.RetryPolicy()
+        self._http = httpx.AsyncClient(
+            base_url=base_url,
+            headers=protocol.auth_headers(api_key),
+            timeout=httpx.Timeout(timeout_s + protocol.MAX_WAIT_PER_POLL_S),
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _send(self, request: protocol.Request) -> httpx.Response:
+        last_error = ""
+        for attempt in range(self._retry.attempts):
+            try:
+                response = await self._http.request(
+                    request.method, request.path, json=request.json, params=request.params
+                )
+            except httpx.TransportError as exc:
+                last_error = f"{type(exc).__name__}: {exc}"
+                await asyncio.sleep(self._retry.delay(attempt))
+                continue
+            if protocol.is_transient(response):
+                last_error = f"HTTP {response.status_code}"
+                await asyncio.sleep(self._retry.delay(attempt, response.headers.get("Retry-After")))
+                continue
+            protocol.raise_for_status(response)
+            return response
+        raise TransientError(f"{request.method} {request.path} failed: {last_error}")
+
+    async def submit(self, **fields: Any) -> Action:
+        body = protocol.action_payload(**fields)
+        return protocol.parse_action(await self._send(protocol.submit_request(body)))
+
+    async def submit_batch(self, items: Sequence[Mapping[str, Any]]) -> list[Action]:
+        request = protocol.submit_batch_request(protocol.with_idempotency_keys(items))
+        return protocol.parse_actions(await self._send(request))
+
+    async def get(self, action_id: int) -> Action:
+        return protocol.parse_action(await self._send(protocol.get_request(action_id)))
+
+    async def cancel(self, action_id: int) -> Action:
+        return protocol.parse_action(await self._send(protocol.cancel_request(action_id)))
+
+    async def result(self, action_id: int, *, timeout: float = 600.0) -> Action:
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            request = protocol.result_request(action_id, min(remaining, 30))
+            ended = protocol.parse_result(await self._send(request))
+            if ended is not None:
+                return ended
+        raise ResultTimeout(f"action {action_id} did not end within {timeout} s")
+
+    async def as_completed(
+        self, action_ids: Iterable[int], *, timeout: float = 600.0
+    ) -> AsyncIterator[Action]:
+        pending = list(dict.fromkeys(action_ids))
+        deadline = time.monotonic() + timeout
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ResultTimeout(f"{len(pending)} actions did not end within {timeout} s")
+            request = protocol.await_many_request(pending, min(remaining, 30))
+            ended = protocol.parse_await_many(await self._send(request))
+            done = {a.id for a in ended}
+            pending = [i for i in pending if i not in done]
+            for action in ended:
+                yield action

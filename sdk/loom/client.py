@@ -1,0 +1,109 @@
+"""``loom.Client``: the synchronous SDK a trainer imports."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from loom import protocol
+from loom.errors import ResultTimeout, TransientError
+from loom.types import Action
+
+
+class Client:
+    """Submit actions, await their results, cancel them.
+
+    >>> client = Client("http://127.0.0.1:8000", api_key="loom_...")
+    >>> action = client.submit(command="pytest -q -n {dop}", demand={"cpu": {"min": 1, "max": 8}})
+    >>> client.result(action.id, timeout=600).exit_code
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout_s: float = 60.0,
+        retry: protocol.RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._retry = retry or protocol.RetryPolicy()
+        self._http = httpx.Client(
+            base_url=base_url,
+            headers=protocol.auth_headers(api_key),
+            timeout=httpx.Timeout(timeout_s + protocol.MAX_WAIT_PER_POLL_S),
+            transport=transport,
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _send(self, request: protocol.Request) -> httpx.Response:
+        last_error: str = ""
+        for attempt in range(self._retry.attempts):
+            try:
+                response = self._http.request(
+                    request.method, request.path, json=request.json, params=request.params
+                )
+            except httpx.TransportError as exc:
+                last_error = f"{type(exc).__name__}: {exc}"
+                time.sleep(self._retry.delay(attempt))
+                continue
+            if protocol.is_transient(response):
+                last_error = f"HTTP {response.status_code}"
+                time.sleep(self._retry.delay(attempt, response.headers.get("Retry-After")))
+                continue
+            protocol.raise_for_status(response)
+            return response
+        raise TransientError(f"{request.method} {request.path} failed: {last_error}")
+
+    def submit(self, **fields: Any) -> Action:
+        """Submit one action; keyword arguments as :func:`loom.protocol.action_payload`."""
+        body = protocol.action_payload(**fields)
+        return protocol.parse_action(self._send(protocol.submit_request(body)))
+
+    def submit_batch(self, items: Sequence[Mapping[str, Any]]) -> list[Action]:
+        """Submit up to 10 000 actions at once, validated all-or-nothing by the server."""
+        request = protocol.submit_batch_request(protocol.with_idempotency_keys(items))
+        return protocol.parse_actions(self._send(request))
+
+    def get(self, action_id: int) -> Action:
+        return protocol.parse_action(self._send(protocol.get_request(action_id)))
+
+    def cancel(self, action_id: int) -> Action:
+        return protocol.parse_action(self._send(protocol.cancel_request(action_id)))
+
+    def result(self, action_id: int, *, timeout: float = 600.0) -> Action:
+        """Block until the action ends (long-poll, no client-side busy loop)."""
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            request = protocol.result_request(action_id, min(remaining, 30))
+            ended = protocol.parse_result(self._send(request))
+            if ended is not None:
+                return ended
+        raise ResultTimeout(f"action {action_id} did not end within {timeout} s")
+
+    def as_completed(
+        self, action_ids: Iterable[int], *, timeout: float = 600.0
+    ) -> Iterator[Action]:
+        """Yield actions as they end, in completion order."""
+        pending = list(dict.fromkeys(action_ids))
+        deadline = time.monotonic() + timeout
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ResultTimeout(f"{len(pending)} actions did not end within {timeout} s")
+            request = protocol.await_many_request(pending, min(remaining, 30))
+            ended = protocol.parse_await_many(self._send(request))
+            done = {a.id for a in ended}
+            pending = [i for i in pending if i not in done]
+            yield from ended
