@@ -1,0 +1,89 @@
+"""Reads for actions: what a principal may see, the filtered list, and the submit catalog."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+
+from apps.actions.models import Action
+from apps.jobs.access import Principal, job_ids_filter
+from apps.resources.models import ApiQuota, PoolKind, ResourcePool, Service, Tool
+
+# The pool kind that serves an action whose key resource is this one.
+KIND_OF_RESOURCE = {
+    "cpu": PoolKind.CPU,
+    "memory_mb": PoolKind.CPU,
+    "gpu": PoolKind.GPU,
+    "gpu_memory_mb": PoolKind.GPU,
+}
+
+
+def action_queryset(*, principal: Principal) -> QuerySet[Action]:
+    return Action.objects.filter(**job_ids_filter(principal)).select_related(
+        "tool", "service", "pool", "node"
+    )
+
+
+def action_get(*, principal: Principal, action_id: int) -> Action:
+    return get_object_or_404(action_queryset(principal=principal), pk=action_id)
+
+
+def action_list(
+    *,
+    principal: Principal,
+    job_id: int | None = None,
+    statuses: list[str] | None = None,
+    trajectory_id: int | None = None,
+    tool_name: str | None = None,
+    submitted_after: datetime | None = None,
+    submitted_before: datetime | None = None,
+) -> QuerySet[Action]:
+    actions = action_queryset(principal=principal)
+    if job_id is not None:
+        actions = actions.filter(job_id=job_id)
+    if statuses:
+        actions = actions.filter(status__in=statuses)
+    if trajectory_id is not None:
+        actions = actions.filter(trajectory_id=trajectory_id)
+    if tool_name is not None:
+        actions = actions.filter(tool__name=tool_name)
+    if submitted_after is not None:
+        actions = actions.filter(submitted_at__gte=submitted_after)
+    if submitted_before is not None:
+        actions = actions.filter(submitted_at__lt=submitted_before)
+    return actions
+
+
+@dataclass
+class SubmitCatalog:
+    """Registered names, read once per request so validating 10 000 items costs no queries."""
+
+    tools: dict[str, Tool] = field(default_factory=dict)
+    services: dict[str, Service] = field(default_factory=dict)
+    api_quotas: dict[str, ApiQuota] = field(default_factory=dict)
+    pools: dict[str, ResourcePool] = field(default_factory=dict)
+    default_pool_by_kind: dict[str, int] = field(default_factory=dict)
+
+    def default_pool_id(self, key_resource: str) -> int | None:
+        if key_resource.startswith("api:"):
+            quota = self.api_quotas.get(key_resource.removeprefix("api:"))
+            if quota is not None and quota.pool_id is not None:
+                return quota.pool_id
+            return self.default_pool_by_kind.get(PoolKind.API)
+        kind = KIND_OF_RESOURCE.get(key_resource)
+        return self.default_pool_by_kind.get(kind) if kind else None
+
+
+def submit_catalog() -> SubmitCatalog:
+    catalog = SubmitCatalog(
+        tools={tool.name: tool for tool in Tool.objects.all()},
+        services={service.name: service for service in Service.objects.all()},
+        api_quotas={quota.name: quota for quota in ApiQuota.objects.all()},
+        pools={pool.name: pool for pool in ResourcePool.objects.order_by("id")},
+    )
+    for pool in catalog.pools.values():
+        catalog.default_pool_by_kind.setdefault(pool.kind, pool.pk)
+    return catalog

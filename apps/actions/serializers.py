@@ -1,0 +1,145 @@
+"""Input parsing for action submission, shared by the single and the batch endpoint.
+
+Validation is all-or-nothing: every item is checked, and the errors of all items come back at
+once, indexed (``items[17].demand.cpu.min``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from apps.actions.demand import DemandError, parse_demand
+from apps.actions.selectors import SubmitCatalog
+from apps.actions.services import ActionSpec
+from apps.trajectories.models import Trajectory
+from controlplane.api.fields import INT64_MAX, FiniteFloatField
+
+MAX_DURATION_S = 10_000_000.0
+
+
+def _positive_duration(value: float) -> None:
+    if not 0 < value <= MAX_DURATION_S:
+        raise serializers.ValidationError(f"must be in (0, {MAX_DURATION_S:g}] seconds")
+
+
+class ActionItemSerializer(serializers.Serializer):
+    """One action: what to run (tool, service or command) and its resource demand."""
+
+    tool = serializers.SlugField(
+        required=False, allow_null=True, max_length=100, help_text="a registered tool's name"
+    )
+    service = serializers.SlugField(
+        required=False, allow_null=True, max_length=100, help_text="a registered service's name"
+    )
+    pool = serializers.SlugField(
+        required=False,
+        allow_null=True,
+        max_length=100,
+        help_text="resource pool; default: the tool's or service's, else by key resource",
+    )
+    trajectory = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=INT64_MAX
+    )
+    command = serializers.CharField(
+        required=False, allow_blank=True, max_length=100_000, trim_whitespace=False
+    )
+    payload = serializers.JSONField(required=False, allow_null=True)
+    demand = serializers.JSONField(
+        required=False,
+        help_text=(
+            'per resource {"min": a, "max": b}, {"units": [1, 2, 4, 8]} or an integer; '
+            "resources: cpu, memory_mb, gpu, gpu_memory_mb, api:<quota>. "
+            "Default: the tool's resource template."
+        ),
+    )
+    elasticity = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        help_text='{"resource": "cpu", "efficiency": [E(1), E(2), ...]} with E(m) in (0, 1]',
+    )
+    single_unit_duration_s = FiniteFloatField(
+        required=False, allow_null=True, validators=[_positive_duration]
+    )
+    timeout_s = FiniteFloatField(required=False, allow_null=True, validators=[_positive_duration])
+    idempotency_key = serializers.CharField(
+        required=False, allow_null=True, min_length=1, max_length=200
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> ActionSpec:
+        catalog: SubmitCatalog = self.context["catalog"]
+        errors: dict[str, list[str]] = {}
+        tool = service = pool = None
+        if attrs.get("tool") is not None:
+            tool = catalog.tools.get(attrs["tool"])
+            if tool is None:
+                errors["tool"] = [f"unknown tool {attrs['tool']!r}"]
+        if attrs.get("service") is not None:
+            service = catalog.services.get(attrs["service"])
+            if service is None:
+                errors["service"] = [f"unknown service {attrs['service']!r}"]
+        if tool is not None and service is not None:
+            errors["service"] = ["give a tool or a service, not both"]
+        if attrs.get("pool") is not None:
+            pool = catalog.pools.get(attrs["pool"])
+            if pool is None:
+                errors["pool"] = [f"unknown resource pool {attrs['pool']!r}"]
+        if errors:
+            raise serializers.ValidationError(errors)
+
+        demand_json = attrs.get("demand")
+        elasticity_json = attrs.get("elasticity")
+        if demand_json is None and tool is not None:
+            demand_json = tool.resource_template
+            if "elasticity" not in attrs:
+                elasticity_json = tool.elasticity
+        if demand_json is None:
+            raise serializers.ValidationError({"demand": ["this field is required"]})
+        try:
+            demand = parse_demand(demand_json, elasticity_json, api_quotas=catalog.api_quotas)
+        except DemandError as error:
+            raise serializers.ValidationError(error.detail) from None
+
+        if pool is not None:
+            pool_id: int | None = pool.pk
+        elif tool is not None and tool.pool_id is not None:
+            pool_id = tool.pool_id
+        elif service is not None and service.pool_id is not None:
+            pool_id = service.pool_id
+        else:
+            pool_id = catalog.default_pool_id(demand.key_resource)
+        timeout_s = attrs.get("timeout_s")
+        if timeout_s is None and tool is not None:
+            timeout_s = tool.timeout_s
+        return ActionSpec(
+            demand=demand,
+            tool_id=tool.pk if tool is not None else None,
+            service_id=service.pk if service is not None else None,
+            trajectory_id=attrs.get("trajectory"),
+            pool_id=pool_id,
+            command=attrs.get("command", ""),
+            payload=attrs.get("payload"),
+            single_unit_duration_s=attrs.get("single_unit_duration_s"),
+            timeout_s=timeout_s,
+            idempotency_key=attrs.get("idempotency_key"),
+        )
+
+
+def check_trajectories(*, job_id: int, specs: list[ActionSpec], field: str | None) -> None:
+    """Every referenced trajectory must belong to the job; raise indexed errors otherwise."""
+    wanted = {spec.trajectory_id for spec in specs if spec.trajectory_id is not None}
+    if not wanted:
+        return
+    known = set(
+        Trajectory.objects.filter(job_id=job_id, pk__in=wanted).values_list("pk", flat=True)
+    )
+    errors: dict[str, Any] = {}
+    for index, spec in enumerate(specs):
+        if spec.trajectory_id is not None and spec.trajectory_id not in known:
+            reason = [f"no trajectory {spec.trajectory_id} in job {job_id}"]
+            errors[f"[{index}]"] = {"trajectory": reason}
+    if errors:
+        if field is None:
+            raise serializers.ValidationError(next(iter(errors.values())))
+        raise serializers.ValidationError({field: errors})

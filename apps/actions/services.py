@@ -1,0 +1,264 @@
+"""Writes for actions: submission (single and batch) and the state transitions.
+
+Transitions are conditional UPDATEs (``UPDATE … WHERE id = %s AND status IN (…)``) whose row count
+says whether this caller won: two schedulers, agents or users can never both move one action
+(STYLE.md §5). The scheduler service (arl-tangram §5) drives ``action_mark_scheduled`` →
+``action_mark_running`` → ``action_finish``; users and the scheduler may ``action_cancel``; the
+scheduler may ``action_requeue`` on eviction or agent loss.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from apps.actions.demand import Demand
+from apps.actions.models import (
+    ACTIVE_STATUSES,
+    ALLOCATED_STATUSES,
+    Action,
+    ActionStatus,
+)
+from apps.actions.notify import publish_action_ended
+from apps.jobs.models import Job
+
+FINISH_STATUSES = (ActionStatus.SUCCEEDED, ActionStatus.FAILED, ActionStatus.TIMED_OUT)
+IN_CLAUSE_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """One validated submission (the API's InputSerializer produces these)."""
+
+    demand: Demand
+    tool_id: int | None = None
+    service_id: int | None = None
+    trajectory_id: int | None = None
+    pool_id: int | None = None
+    command: str = ""
+    payload: Any = None
+    single_unit_duration_s: float | None = None
+    timeout_s: float | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Submitted:
+    action: Action
+    created: bool
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A scheduler decision: which action runs where with what."""
+
+    action_id: int
+    allocation: dict[str, Any]
+    node_id: int | None = None
+
+
+def _build(*, job: Job, spec: ActionSpec, now: datetime) -> Action:
+    key = spec.demand.key
+    return Action(
+        job=job,
+        trajectory_id=spec.trajectory_id,
+        tool_id=spec.tool_id,
+        service_id=spec.service_id,
+        pool_id=spec.pool_id,
+        command=spec.command,
+        payload=spec.payload,
+        demand=spec.demand.as_json(),
+        elasticity=spec.demand.elasticity,
+        key_resource=spec.demand.key_resource,
+        min_units=key.minimum,
+        max_units=key.maximum,
+        single_unit_duration_s=spec.single_unit_duration_s,
+        timeout_s=spec.timeout_s,
+        status=ActionStatus.QUEUED,
+        submitted_at=now,
+        idempotency_key=spec.idempotency_key,
+    )
+
+
+def _existing_by_key(*, job: Job, keys: Iterable[str]) -> dict[str, Action]:
+    unique_keys = sorted(set(keys))
+    found: dict[str, Action] = {}
+    for start in range(0, len(unique_keys), IN_CLAUSE_CHUNK):
+        chunk = unique_keys[start : start + IN_CLAUSE_CHUNK]
+        for action in Action.objects.filter(job=job, idempotency_key__in=chunk):
+            assert action.idempotency_key is not None
+            found[action.idempotency_key] = action
+    return found
+
+
+def _submit_batch_once(*, job: Job, specs: Sequence[ActionSpec]) -> list[Submitted]:
+    existing = _existing_by_key(
+        job=job, keys=(spec.idempotency_key for spec in specs if spec.idempotency_key)
+    )
+    now = timezone.now()
+    results: list[Submitted] = []
+    new_actions: list[Action] = []
+    for spec in specs:
+        key = spec.idempotency_key
+        if key is not None and key in existing:
+            results.append(Submitted(action=existing[key], created=False))
+            continue
+        action = _build(job=job, spec=spec, now=now)
+        new_actions.append(action)
+        if key is not None:
+            existing[key] = action  # a repeat later in this batch gets the same action
+        results.append(Submitted(action=action, created=True))
+    with transaction.atomic():
+        Action.objects.bulk_create(new_actions)
+    return results
+
+
+def action_submit_batch(*, job: Job, specs: Sequence[ActionSpec]) -> list[Submitted]:
+    """Insert all actions in bulk (all or nothing), honouring idempotency keys.
+
+    A key already used by this job returns the existing action (``created=False``); a key repeated
+    inside the batch maps every repeat to the first one. A concurrent submitter racing us to the
+    same key makes the INSERT fail on the unique constraint; we then re-read and retry once.
+    """
+    for attempt in (1, 2):
+        try:
+            return _submit_batch_once(job=job, specs=specs)
+        except IntegrityError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def action_submit(*, job: Job, spec: ActionSpec) -> Submitted:
+    return action_submit_batch(job=job, specs=[spec])[0]
+
+
+def action_mark_scheduled(
+    *,
+    action_id: int,
+    allocation: dict[str, Any],
+    node_id: int | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """queued → scheduled with its allocation; False if the action was not queued."""
+    changed = Action.objects.filter(pk=action_id, status=ActionStatus.QUEUED).update(
+        status=ActionStatus.SCHEDULED,
+        allocation=allocation,
+        node_id=node_id,
+        scheduled_at=now or timezone.now(),
+    )
+    return changed == 1
+
+
+def action_mark_scheduled_many(
+    *, placements: Sequence[Placement], now: datetime | None = None
+) -> list[int]:
+    """Apply a scheduling round in one transaction; returns the ids that moved to scheduled."""
+    moment = now or timezone.now()
+    with transaction.atomic():
+        return [
+            placement.action_id
+            for placement in placements
+            if action_mark_scheduled(
+                action_id=placement.action_id,
+                allocation=placement.allocation,
+                node_id=placement.node_id,
+                now=moment,
+            )
+        ]
+
+
+def action_mark_running(*, action_id: int, now: datetime | None = None) -> bool:
+    """scheduled → running (one more attempt); exactly one of two concurrent callers wins."""
+    changed = Action.objects.filter(pk=action_id, status=ActionStatus.SCHEDULED).update(
+        status=ActionStatus.RUNNING,
+        started_at=now or timezone.now(),
+        attempts=F("attempts") + 1,
+    )
+    return changed == 1
+
+
+def _on_commit_publish(action_ids: list[int]) -> None:
+    if action_ids:
+        transaction.on_commit(functools.partial(publish_action_ended, action_ids))
+
+
+def action_finish(
+    *,
+    action_id: int,
+    status: ActionStatus,
+    exit_code: int | None = None,
+    output: str = "",
+    score: float | None = None,
+    error_reason: str = "",
+    now: datetime | None = None,
+) -> bool:
+    """scheduled/running → succeeded, failed or timed_out with its result; wakes waiters."""
+    if status not in FINISH_STATUSES:
+        raise ValueError(f"action_finish ends an action as one of {FINISH_STATUSES}, not {status}")
+    changed = Action.objects.filter(pk=action_id, status__in=ALLOCATED_STATUSES).update(
+        status=status,
+        finished_at=now or timezone.now(),
+        exit_code=exit_code,
+        output=output,
+        score=score,
+        error_reason=error_reason,
+    )
+    if changed == 1:
+        _on_commit_publish([action_id])
+    return changed == 1
+
+
+def action_cancel(
+    *, action_id: int, reason: str = "cancelled by the user", now: datetime | None = None
+) -> bool:
+    """queued/scheduled/running → cancelled; False if it had already ended."""
+    changed = Action.objects.filter(pk=action_id, status__in=ACTIVE_STATUSES).update(
+        status=ActionStatus.CANCELLED, finished_at=now or timezone.now(), error_reason=reason
+    )
+    if changed == 1:
+        _on_commit_publish([action_id])
+    return changed == 1
+
+
+def action_cancel_many(
+    *, action_ids: Iterable[int], reason: str, now: datetime | None = None
+) -> list[int]:
+    """Cancel every still-active action of ``action_ids``; returns the ids that were cancelled."""
+    moment = now or timezone.now()
+    cancelled: list[int] = []
+    ids = list(action_ids)
+    with transaction.atomic():
+        for start in range(0, len(ids), IN_CLAUSE_CHUNK):
+            chunk = ids[start : start + IN_CLAUSE_CHUNK]
+            active = list(
+                Action.objects.select_for_update()
+                .filter(pk__in=chunk, status__in=ACTIVE_STATUSES)
+                .values_list("pk", flat=True)
+            )
+            Action.objects.filter(pk__in=active, status__in=ACTIVE_STATUSES).update(
+                status=ActionStatus.CANCELLED, finished_at=moment, error_reason=reason
+            )
+            cancelled.extend(active)
+        _on_commit_publish(cancelled)
+    return cancelled
+
+
+def action_requeue(*, action_id: int, reason: str = "") -> bool:
+    """scheduled/running → queued, dropping the allocation (eviction, lost agent)."""
+    changed = Action.objects.filter(pk=action_id, status__in=ALLOCATED_STATUSES).update(
+        status=ActionStatus.QUEUED,
+        allocation=None,
+        node_id=None,
+        scheduled_at=None,
+        started_at=None,
+        error_reason=reason,
+    )
+    return changed == 1

@@ -1,0 +1,1 @@
+"""Operator dashboard: SPA shell, login, the multiplexed `/ws/` consumer and `publish()`."""

@@ -1,0 +1,9 @@
+"""Websocket routes of the dashboard: the multiplexed consumer at ``/ws/``."""
+
+from django.urls import URLPattern, URLResolver, path
+
+from apps.dashboard.consumers import DashboardConsumer
+
+websocket_urlpatterns: list[URLPattern | URLResolver] = [
+    path("ws/", DashboardConsumer.as_asgi(), name="dashboard-ws"),
+]

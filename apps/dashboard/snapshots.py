@@ -1,0 +1,216 @@
+"""Compact live snapshots of pools, nodes and jobs, computed from the database.
+
+The scheduler publishes the same shapes from its in-memory state (arl-tangram §5: it owns the
+queue); these selectors serve the first paint of a page, the refetch after a hidden tab resumes,
+and the :mod:`apps.dashboard.publisher` loop for deployments where no scheduler publishes yet.
+Every query here is bounded: counts and aggregates use the (pool, status, submitted_at) and
+(job, status, submitted_at) indexes, and ACT percentiles read at most ``ACT_SAMPLE_LIMIT`` rows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, Min, QuerySet, Sum
+from django.utils import timezone
+
+from apps.actions.models import ALLOCATED_STATUSES, TERMINAL_STATUSES, Action, ActionStatus
+from apps.dashboard.stats import ActStats, act_stats, ratio, seconds_between
+from apps.jobs.models import Job
+from apps.policies.models import Policy, PolicyKind
+from apps.resources.models import ApiQuota, Node, NodeStatus, PoolKind, ResourcePool
+from apps.trajectories.models import TERMINAL_TRAJECTORY_STATUSES, Trajectory
+
+ACT_WINDOW_S = 60.0
+ACT_SAMPLE_LIMIT = 2000
+
+
+def allocation_units(allocation: Any, resource: str) -> list[int]:
+    """Core or GPU ids held by one allocation (``{"cores": [0, 1], "gpus": [3]}``)."""
+    if not isinstance(allocation, dict):
+        return []
+    ids = allocation.get("cores" if resource == "cpu" else "gpus")
+    if isinstance(ids, list):
+        return [int(i) for i in ids if isinstance(i, int | float)]
+    return []
+
+
+def _held_count(allocation: Any, resource: str) -> int:
+    ids = allocation_units(allocation, resource)
+    if ids:
+        return len(ids)
+    if isinstance(allocation, dict) and allocation.get("resource", "cpu") == resource:
+        units = allocation.get("units")
+        return int(units) if isinstance(units, int | float) else 0
+    return 0
+
+
+COMPLETED_STATUSES = tuple(s for s in TERMINAL_STATUSES if s != ActionStatus.CANCELLED)
+
+
+def recent_completions(
+    actions: QuerySet[Action], *, start: datetime, end: datetime, limit: int
+) -> list[float]:
+    """ACTs of the newest completed actions that finished in ``[start, end)``.
+
+    Walks the primary key backwards (newest submissions first) instead of sorting by
+    ``finished_at``, which has no index: the cost stays bounded by ``limit`` however large the
+    table grows. An action that ran far longer than ``limit`` later submissions is missed, which
+    only matters for the oldest stragglers of a very busy pool.
+    """
+    rows = (
+        actions.filter(status__in=COMPLETED_STATUSES)
+        .order_by("-pk")
+        .values_list("submitted_at", "finished_at")[:limit]
+    )
+    return [
+        (finished - submitted).total_seconds()
+        for submitted, finished in rows
+        if finished is not None and start <= finished < end
+    ]
+
+
+def recent_act(actions: QuerySet[Action], now: datetime) -> ActStats:
+    """ACT stats of the actions (a queryset) that finished in the last ``ACT_WINDOW_S``."""
+    since = now - timedelta(seconds=ACT_WINDOW_S)
+    durations = recent_completions(
+        actions, start=since, end=now + timedelta(seconds=1), limit=ACT_SAMPLE_LIMIT
+    )
+    return act_stats(durations)
+
+
+def active_counts(actions: QuerySet[Action]) -> dict[str, Any]:
+    """Waiting and running counts and the oldest queued submission.
+
+    Three index range scans on (pool|job, status, submitted_at): their cost follows the number of
+    *active* actions, not the size of the table.
+    """
+    queued = actions.filter(status=ActionStatus.QUEUED)
+    return {
+        "waiting": queued.count(),
+        "running": actions.filter(status__in=ALLOCATED_STATUSES).count(),
+        "oldest": queued.aggregate(oldest=Min("submitted_at"))["oldest"],
+    }
+
+
+def pool_capacity(pool: ResourcePool) -> dict[str, Any]:
+    """Totals of the pool's usable (online) nodes and of what allocated actions hold."""
+    online = Node.objects.filter(pool=pool, status=NodeStatus.ONLINE)
+    totals = online.aggregate(cores=Sum("cores"), gpus=Sum("gpus"), nodes=Count("id"))
+    held_cores = held_gpus = 0
+    for allocation in Action.objects.filter(pool=pool, status__in=ALLOCATED_STATUSES).values_list(
+        "allocation", flat=True
+    ):
+        held_cores += _held_count(allocation, "cpu")
+        held_gpus += _held_count(allocation, "gpu")
+    quota_limit = int(
+        ApiQuota.objects.filter(pool=pool).aggregate(total=Sum("concurrency_limit"))["total"] or 0
+    )
+    return {
+        "online_nodes": int(totals["nodes"] or 0),
+        "cores_total": int(totals["cores"] or 0),
+        "gpus_total": int(totals["gpus"] or 0),
+        "cores_held": held_cores,
+        "gpus_held": held_gpus,
+        "quota_limit": quota_limit,
+    }
+
+
+def pool_policy_version(pool: ResourcePool) -> int | None:
+    """Version of the pool's action-scheduler policy as stored (the scheduler reports its own)."""
+    return (
+        Policy.objects.filter(pool=pool, kind=PolicyKind.ACTION_SCHEDULER)
+        .values_list("version", flat=True)
+        .first()
+    )
+
+
+def pool_snapshot(pool: ResourcePool, now: datetime | None = None) -> dict[str, Any]:
+    """The compact pool snapshot published on ``pool:<name>``."""
+    now = now or timezone.now()
+    actions = Action.objects.filter(pool=pool)
+    counts = active_counts(actions)
+    capacity = pool_capacity(pool)
+    running = int(counts["running"] or 0)
+    return {
+        "t": now.timestamp(),
+        "pool": pool.name,
+        "kind": pool.kind,
+        "waiting": int(counts["waiting"] or 0),
+        "running": running,
+        "oldest_wait_s": seconds_between(counts["oldest"], now),
+        "act": recent_act(actions, now),
+        "util": {
+            "cpu": ratio(capacity["cores_held"], capacity["cores_total"]),
+            "gpu": ratio(capacity["gpus_held"], capacity["gpus_total"]),
+            "quota": ratio(running, capacity["quota_limit"]) if pool.kind == PoolKind.API else None,
+        },
+        "policy_version": pool_policy_version(pool),
+    }
+
+
+def node_view(node: Node, now: datetime | None = None) -> dict[str, Any]:
+    """Everything the node card shows: allocations by action, cached services, health."""
+    now = now or timezone.now()
+    allocations = []
+    cores_used = gpus_used = 0
+    for action_id, job_id, allocation in Action.objects.filter(
+        node=node, status__in=ALLOCATED_STATUSES
+    ).values_list("id", "job_id", "allocation"):
+        cores, gpus = allocation_units(allocation, "cpu"), allocation_units(allocation, "gpu")
+        cores_used += len(cores) or _held_count(allocation, "cpu")
+        gpus_used += len(gpus)
+        allocations.append({"action": action_id, "job": job_id, "cores": cores, "gpus": gpus})
+    usage = node.usage if isinstance(node.usage, dict) else {}
+    services = usage.get("services", [])
+    return {
+        "t": now.timestamp(),
+        "id": node.pk,
+        "name": node.name,
+        "pool": node.pool.name,
+        "status": node.status,
+        "draining": node.status == NodeStatus.DRAINING,
+        "heartbeat_age_s": seconds_between(node.last_heartbeat_at, now),
+        "cores_total": node.cores,
+        "cores_used": cores_used,
+        "gpus_total": node.gpus,
+        "gpus_used": gpus_used,
+        "allocations": allocations,
+        "services": [
+            {
+                "gpu": s.get("gpu"),
+                "name": str(s.get("name", "?")),
+                "state": str(s.get("state", "?")),
+            }
+            for s in services
+            if isinstance(s, dict)
+        ],
+    }
+
+
+def job_counts(job: Job) -> dict[str, int]:
+    """Actions of a job per status (one GROUP BY)."""
+    counts = {status.value: 0 for status in ActionStatus}
+    for row in Action.objects.filter(job=job).values("status").annotate(n=Count("id")):
+        counts[row["status"]] = row["n"]
+    return counts
+
+
+def job_snapshot(job: Job, now: datetime | None = None) -> dict[str, Any]:
+    """The compact job snapshot published on ``job:<id>``."""
+    now = now or timezone.now()
+    return {
+        "t": now.timestamp(),
+        "job": job.pk,
+        "counts": job_counts(job),
+        "act": recent_act(Action.objects.filter(job=job), now),
+        "active_trajectories": active_trajectories(job),
+    }
+
+
+def active_trajectories(job: Job) -> int:
+    """Trajectories of the job that have not ended."""
+    return (
+        Trajectory.objects.filter(job=job).exclude(status__in=TERMINAL_TRAJECTORY_STATUSES).count()
+    )

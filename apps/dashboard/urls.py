@@ -1,0 +1,42 @@
+"""Dashboard URLs: include at the site root (``path("", include("apps.dashboard.urls"))``)."""
+
+from django.urls import include, path
+
+from apps.dashboard import apis, views
+
+app_name = "dashboard"
+
+api = [
+    path("me", apis.MeApi.as_view(), name="api-me"),
+    path("overview", apis.OverviewApi.as_view(), name="api-overview"),
+    path("pools/<slug:name>", apis.PoolApi.as_view(), name="api-pool"),
+    path("nodes/<int:node_id>/drain", apis.NodeDrainApi.as_view(), name="api-node-drain"),
+    path("nodes/<int:node_id>/resume", apis.NodeResumeApi.as_view(), name="api-node-resume"),
+    path("jobs", apis.JobsApi.as_view(), name="api-jobs"),
+    path("jobs/<int:job_id>", apis.JobApi.as_view(), name="api-job"),
+    path("jobs/<int:job_id>/actions", apis.JobActionsApi.as_view(), name="api-job-actions"),
+    path("actions/<int:action_id>", apis.ActionApi.as_view(), name="api-action"),
+    path("actions/<int:action_id>/cancel", apis.ActionCancelApi.as_view(), name="api-cancel"),
+    path("policies", apis.PoliciesApi.as_view(), name="api-policies"),
+    path("policies/<slug:name>", apis.PoolPolicyApi.as_view(), name="api-pool-policy"),
+    path("launch/demo", apis.LaunchDemoApi.as_view(), name="api-launch-demo"),
+    path("launch/simulate", apis.SimulateApi.as_view(), name="api-simulate"),
+    path("launch/simulations/<int:run_id>", apis.SimulationApi.as_view(), name="api-simulation"),
+]
+
+pages = [
+    path("", views.spa_shell, name="overview"),
+    path("pools/<slug:pool>", views.spa_shell, name="pool"),
+    path("jobs", views.spa_shell, name="jobs"),
+    path("jobs/<int:job>", views.spa_shell, name="job"),
+    path("actions/<int:action>", views.spa_shell, name="action"),
+    path("policies", views.spa_shell, name="policies"),
+    path("launch", views.spa_shell, name="launch"),
+]
+
+urlpatterns = [
+    path("login/", views.LoginView.as_view(), name="login"),
+    path("logout/", views.LogoutView.as_view(), name="logout"),
+    path("dashboard/api/", include(api)),
+    *pages,
+]

@@ -1,0 +1,146 @@
+"""``python manage.py demo``: the embedded control plane with an admin, a demo job and its key.
+
+Migrates, creates the ``admin`` superuser (password generated once, kept in var/) with a staff
+API key, and the ``demo`` job with an API key (keys kept in var/ so later runs reprint them), a
+CPU pool and a sample tool, prints where everything is, then serves the ASGI app on
+127.0.0.1:8000 in-process.
+Until the scheduler issue lands, submitted actions stay queued.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import transaction
+
+from apps.jobs import services as job_services
+from apps.jobs.authentication import hash_key
+from apps.jobs.models import ApiKey, Job
+from apps.resources.models import PoolKind, ResourcePool, Tool
+
+ADMIN_USERNAME = "admin"
+DEMO_JOB = "demo"
+
+
+def _kept_secret(path: Path, make: Any) -> tuple[str, bool]:
+    """A secret kept in ``path`` (mode 600); returns it and whether it was just made."""
+    if path.exists():
+        return path.read_text().strip(), False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = make()
+    path.write_text(value + "\n")
+    path.chmod(0o600)
+    return value, True
+
+
+def _kept_key(path: Path, *, job: Job | None, user: User | None, created_by: User) -> str:
+    """The raw key kept in ``path`` if it is still valid, else a new one (kept there)."""
+    raw_key = path.read_text().strip() if path.exists() else ""
+    if (
+        raw_key
+        and ApiKey.objects.filter(
+            key_hash=hash_key(raw_key), job=job, user=user, revoked_at__isnull=True
+        ).exists()
+    ):
+        return raw_key
+    _, raw_key = job_services.api_key_create(job=job, user=user, name="demo", created_by=created_by)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(raw_key + "\n")
+    path.chmod(0o600)
+    return raw_key
+
+
+class Command(BaseCommand):
+    help = "Set up and serve the embedded Loom demo on http://127.0.0.1:8000"
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--no-serve", action="store_true", help="set up and print, no server")
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        call_command("migrate", interactive=False, verbosity=0)
+        var_dir = Path(settings.VAR_DIR)
+        password, raw_key, staff_key = self._set_up(var_dir)
+        base = f"http://{options['host']}:{options['port']}"
+        self._print_summary(base, password, raw_key, staff_key)
+        if not options["no_serve"]:
+            import uvicorn
+
+            uvicorn.run(
+                "controlplane.asgi:application",
+                host=options["host"],
+                port=options["port"],
+                log_level="info",
+                lifespan="off",
+            )
+
+    @transaction.atomic
+    def _set_up(self, var_dir: Path) -> tuple[str, str, str]:
+        user_model = get_user_model()
+        password, _ = _kept_secret(var_dir / "admin_password", lambda: secrets.token_urlsafe(12))
+        admin = user_model.objects.filter(username=ADMIN_USERNAME).first()
+        if admin is None:
+            admin = user_model.objects.create_superuser(ADMIN_USERNAME, "", password)
+        elif not admin.check_password(password):
+            admin.set_password(password)
+            admin.save(update_fields=["password"])
+
+        job = Job.objects.filter(name=DEMO_JOB).first()
+        if job is None:
+            job, _ = job_services.job_create(
+                name=DEMO_JOB, owner=admin, description="created by `make demo`", with_key=False
+            )
+        raw_key = _kept_key(var_dir / "demo_api_key", job=job, user=None, created_by=admin)
+        staff_key = _kept_key(var_dir / "admin_api_key", job=None, user=admin, created_by=admin)
+
+        pool, _ = ResourcePool.objects.get_or_create(
+            name="cpu-local", defaults={"kind": PoolKind.CPU, "description": "this machine"}
+        )
+        Tool.objects.get_or_create(
+            name="python",
+            defaults={
+                "pool": pool,
+                "command_template": "python -c {code}",
+                "resource_template": {"cpu": {"min": 1, "max": 4}},
+                "elasticity": {"resource": "cpu", "efficiency": [1.0, 0.9, 0.8, 0.7]},
+                "timeout_s": 60.0,
+                "description": "run a Python snippet in a sandbox",
+            },
+        )
+        return password, raw_key, staff_key
+
+    def _print_summary(self, base: str, password: str, raw_key: str, staff_key: str) -> None:
+        line = "─" * 72
+        curl = (
+            f"curl -s -H 'Authorization: Bearer {raw_key}' -H 'Content-Type: application/json' \\\n"
+            f'       -d \'{{"tool": "python", "demand": {{"cpu": {{"min": 1, "max": 4}}}}}}\' '
+            f"{base}/api/v1/actions/"
+        )
+        self.stdout.write(
+            "\n".join(
+                [
+                    line,
+                    "Loom embedded control plane (SQLite, in-process transport, eager Celery)",
+                    line,
+                    f"  API docs     {base}/api/v1/docs/",
+                    f"  OpenAPI      {base}/api/v1/schema/",
+                    f"  admin        {base}/admin/   user {ADMIN_USERNAME}   password {password}",
+                    f"  admin key    {staff_key}   (staff: create jobs, mint keys)",
+                    f"  demo job     {DEMO_JOB}   API key {raw_key}",
+                    "",
+                    "  submit an action:",
+                    f"    {curl}",
+                    "",
+                    "  Actions stay queued until the scheduler (a later issue) runs them.",
+                    line,
+                ]
+            )
+        )

@@ -1,0 +1,1 @@
+"""Metrics: rollups that survive restarts (Celery beat) and the Prometheus ``/metrics`` endpoint."""

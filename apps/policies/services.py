@@ -1,0 +1,92 @@
+"""Writes for policies: every change is a new PolicyVersion with its author and diff."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from apps.policies.models import Policy, PolicyKind, PolicyVersion
+from apps.resources.models import ResourcePool
+
+
+class PolicyVersionConflict(Exception):
+    def __init__(self, current: int):
+        super().__init__(f"policy is at version {current}")
+        self.current = current
+
+
+def settings_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Top-level diff: keys added, removed, and changed (as [old, new])."""
+    return {
+        "added": {key: new[key] for key in new.keys() - old.keys()},
+        "removed": {key: old[key] for key in old.keys() - new.keys()},
+        "changed": {
+            key: [old[key], new[key]] for key in old.keys() & new.keys() if old[key] != new[key]
+        },
+    }
+
+
+def _user_or_none(user: User | None) -> User | None:
+    return user if user is not None and user.is_authenticated else None
+
+
+@transaction.atomic
+def policy_create(
+    *,
+    name: str,
+    kind: PolicyKind | str,
+    settings: dict[str, Any],
+    author: User | None,
+    pool: ResourcePool | None = None,
+    comment: str = "",
+) -> Policy:
+    author = _user_or_none(author)
+    policy = Policy.objects.create(
+        name=name, kind=kind, pool=pool, settings=settings, version=1, updated_by=author
+    )
+    PolicyVersion.objects.create(
+        policy=policy,
+        version=1,
+        settings=settings,
+        diff=settings_diff({}, settings),
+        author=author,
+        comment=comment or "created",
+    )
+    return policy
+
+
+@transaction.atomic
+def policy_update(
+    *,
+    policy_id: int,
+    settings: dict[str, Any],
+    author: User | None,
+    expected_version: int | None = None,
+    comment: str = "",
+) -> Policy:
+    """Replace the settings, recording a new version; optimistic check on ``expected_version``."""
+    author = _user_or_none(author)
+    policy = Policy.objects.select_for_update().get(pk=policy_id)
+    if expected_version is not None and expected_version != policy.version:
+        raise PolicyVersionConflict(policy.version)
+    diff = settings_diff(policy.settings, settings)
+    if not any(diff.values()):
+        return policy
+    new_version = policy.version + 1
+    changed = Policy.objects.filter(pk=policy.pk, version=policy.version).update(
+        settings=settings, version=new_version, updated_by=author
+    )
+    if changed != 1:
+        raise PolicyVersionConflict(policy.version)
+    PolicyVersion.objects.create(
+        policy=policy,
+        version=new_version,
+        settings=settings,
+        diff=diff,
+        author=author,
+        comment=comment,
+    )
+    policy.refresh_from_db()
+    return policy

@@ -1,0 +1,173 @@
+"""Pools, nodes and the registries of services, tools and rate-limited APIs (DESIGN.md)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class PoolKind(models.TextChoices):
+    CPU = "cpu", "CPU"
+    GPU = "gpu", "GPU"
+    API = "api", "external API"
+
+
+class ResourcePool(models.Model):
+    """A group of nodes of one resource type; one scheduler process runs per pool."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    kind = models.CharField(max_length=8, choices=PoolKind.choices)
+    description = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NodeStatus(models.TextChoices):
+    ONLINE = "online", "online"
+    DRAINING = "draining", "draining"
+    OFFLINE = "offline", "offline"
+
+
+class Node(models.Model):
+    """A machine running a node agent; capacity comes from the agent's registration.
+
+    ``capacity`` keeps the full layout (NUMA nodes with their core ids, each GPU's memory); the
+    scalar columns repeat its totals so the scheduler and the dashboard can filter and sum them.
+    """
+
+    name = models.CharField(max_length=200, unique=True)
+    pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="nodes")
+    status = models.CharField(max_length=16, choices=NodeStatus.choices, default=NodeStatus.ONLINE)
+    address = models.CharField(max_length=255, blank=True, default="")
+    agent_version = models.CharField(max_length=64, blank=True, default="")
+    capacity = models.JSONField(default=dict)
+    cores = models.PositiveIntegerField(default=0)
+    memory_mb = models.PositiveBigIntegerField(default=0)
+    gpus = models.PositiveIntegerField(default=0)
+    gpu_memory_mb = models.PositiveBigIntegerField(default=0)
+    usage = models.JSONField(default=dict, blank=True)
+    token_prefix = models.CharField(max_length=12, blank=True, default="", editable=False)
+    token_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
+    registered_at = models.DateTimeField(auto_now_add=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [models.Index(fields=["pool", "status"], name="node_pool_status")]
+        constraints = [
+            models.CheckConstraint(name="node_cores_nonneg", condition=Q(cores__gte=0)),
+            models.CheckConstraint(name="node_gpus_nonneg", condition=Q(gpus__gte=0)),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ServiceBackend(models.TextChoices):
+    SGLANG = "sglang", "SGLang server"
+    TORCH = "torch", "PyTorch module"
+
+
+class Service(models.Model):
+    """A GPU service (reward model, LLM judge, ...) the GPU manager caches and evicts."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    pool = models.ForeignKey(
+        ResourcePool, null=True, blank=True, on_delete=models.SET_NULL, related_name="services"
+    )
+    backend = models.CharField(max_length=16, choices=ServiceBackend.choices)
+    model = models.CharField(max_length=255, help_text="model name or path the backend loads")
+    allowed_dop = models.JSONField(default=list, help_text="allowed degrees of parallelism")
+    memory_mb = models.PositiveBigIntegerField(default=0, help_text="GPU memory footprint")
+    state_size_mb = models.PositiveBigIntegerField(default=0, help_text="state moved on eviction")
+    description = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Tool(models.Model):
+    """A registered tool: a command template (``{dop}`` = allocated units) and its resources."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    pool = models.ForeignKey(
+        ResourcePool, null=True, blank=True, on_delete=models.SET_NULL, related_name="tools"
+    )
+    command_template = models.TextField(blank=True, default="")
+    resource_template = models.JSONField(
+        default=dict, blank=True, help_text="default demand for actions that give none"
+    )
+    elasticity = models.JSONField(null=True, blank=True, help_text="default elasticity profile")
+    timeout_s = models.FloatField(default=600.0)
+    description = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(name="tool_timeout_positive", condition=Q(timeout_s__gt=0)),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        """Admin forms: the resource template and elasticity follow the demand rules."""
+        from django.core.exceptions import ValidationError
+
+        from apps.actions.demand import DemandError, parse_demand
+
+        if not self.resource_template:
+            if self.elasticity is not None:
+                raise ValidationError({"elasticity": "needs a resource template naming it"})
+            return
+        quotas = set(ApiQuota.objects.values_list("name", flat=True))
+        try:
+            parse_demand(self.resource_template, self.elasticity, api_quotas=quotas)
+        except DemandError as error:
+            field = "elasticity" if "elasticity" in error.detail else "resource_template"
+            raise ValidationError({field: str(error.detail)}) from None
+
+
+class ApiQuota(models.Model):
+    """A rate-limited external API: demands name it as the resource ``api:<name>``."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    pool = models.ForeignKey(
+        ResourcePool, null=True, blank=True, on_delete=models.SET_NULL, related_name="api_quotas"
+    )
+    concurrency_limit = models.PositiveIntegerField(default=1)
+    quota_per_period = models.PositiveIntegerField(null=True, blank=True)
+    period_s = models.PositiveIntegerField(null=True, blank=True)
+    description = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "API quota"
+        constraints = [
+            models.CheckConstraint(
+                name="apiquota_concurrency_positive", condition=Q(concurrency_limit__gte=1)
+            ),
+            models.CheckConstraint(
+                name="apiquota_quota_and_period_together",
+                condition=Q(quota_per_period__isnull=True, period_s__isnull=True)
+                | Q(quota_per_period__isnull=False, period_s__gte=1),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

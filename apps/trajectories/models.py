@@ -1,0 +1,64 @@
+"""Trajectories: one multi-turn rollout of one prompt sample (heddle §3)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from apps.jobs.models import Job
+
+
+class TrajectoryStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    GENERATING = "generating", "generating"
+    TOOL_CALL = "tool_call", "in a tool call"
+    FINISHED = "finished", "finished"
+    ABORTED = "aborted", "aborted"
+    FAILED = "failed", "failed"
+
+
+TERMINAL_TRAJECTORY_STATUSES = frozenset(
+    {TrajectoryStatus.FINISHED, TrajectoryStatus.ABORTED, TrajectoryStatus.FAILED}
+)
+
+
+class Trajectory(models.Model):
+    """Progress, prediction, placement and timings of one trajectory (heddle §4–§5)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="trajectories")
+    training_step = models.PositiveIntegerField(default=0)
+    prompt_id = models.CharField(max_length=200, blank=True, default="")
+    group_id = models.CharField(max_length=200, blank=True, default="")
+    sample_index = models.PositiveIntegerField(default=0)
+    status = models.CharField(
+        max_length=16, choices=TrajectoryStatus.choices, default=TrajectoryStatus.PENDING
+    )
+    tokens = models.PositiveBigIntegerField(default=0, help_text="tokens generated so far")
+    steps = models.PositiveIntegerField(default=0, help_text="turns completed so far")
+    predicted_remaining_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    llm_worker = models.CharField(max_length=200, blank=True, default="")
+    queueing_s = models.FloatField(default=0.0)
+    generation_s = models.FloatField(default=0.0)
+    tool_s = models.FloatField(default=0.0)
+    total_s = models.FloatField(default=0.0)
+    reward = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["job", "status"], name="traj_job_status"),
+            models.Index(fields=["job", "training_step", "group_id"], name="traj_job_step_group"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                name="traj_timings_nonneg",
+                condition=Q(queueing_s__gte=0, generation_s__gte=0, tool_s__gte=0, total_s__gte=0),
+            ),
+        ]
+        verbose_name_plural = "trajectories"
+
+    def __str__(self) -> str:
+        return f"trajectory {self.pk} (job {self.job_id}, step {self.training_step})"

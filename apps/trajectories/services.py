@@ -1,0 +1,61 @@
+"""Writes for trajectories: creation and progress updates (heddle §4: progressive prediction)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.jobs.models import Job
+from apps.trajectories.models import TERMINAL_TRAJECTORY_STATUSES, Trajectory
+
+MONOTONIC_FIELDS = ("tokens", "steps")
+UPDATABLE_FIELDS = (
+    "status",
+    "tokens",
+    "steps",
+    "predicted_remaining_tokens",
+    "llm_worker",
+    "queueing_s",
+    "generation_s",
+    "tool_s",
+    "total_s",
+    "reward",
+)
+
+
+class TrajectoryUpdateError(ValueError):
+    def __init__(self, field: str, reason: str, *, conflict: bool = False):
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+        self.conflict = conflict
+
+
+def trajectory_create(*, job: Job, **fields: Any) -> Trajectory:
+    return Trajectory.objects.create(job=job, **fields)
+
+
+@transaction.atomic
+def trajectory_update(*, trajectory_id: int, changes: dict[str, Any]) -> Trajectory:
+    """Apply progress; tokens and steps never go back and an ended trajectory stays ended."""
+    unknown = set(changes) - set(UPDATABLE_FIELDS)
+    if unknown:
+        raise TrajectoryUpdateError(sorted(unknown)[0], "not updatable")
+    trajectory = Trajectory.objects.select_for_update().get(pk=trajectory_id)
+    if trajectory.status in TERMINAL_TRAJECTORY_STATUSES and changes:
+        raise TrajectoryUpdateError(
+            "status", f"trajectory already {trajectory.status}; it cannot change", conflict=True
+        )
+    for field in MONOTONIC_FIELDS:
+        if field in changes and changes[field] < getattr(trajectory, field):
+            raise TrajectoryUpdateError(
+                field, f"must not decrease (was {getattr(trajectory, field)})"
+            )
+    for field, value in changes.items():
+        setattr(trajectory, field, value)
+    if changes.get("status") in TERMINAL_TRAJECTORY_STATUSES:
+        trajectory.finished_at = timezone.now()
+    trajectory.save()
+    return trajectory

@@ -1,0 +1,135 @@
+"""One error shape for every 4xx: ``{"errors": [{"field": ..., "reason": ...}]}``.
+
+Nested validation errors are flattened into dotted paths, list items indexed
+(``items[17].demand.cpu.min``); a malformed body names ``body``; auth failures name
+``Authorization``. DESIGN.md "Not negotiable": bad input gets the field and the reason, never a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import DataError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import set_rollback
+
+logger = logging.getLogger(__name__)
+
+BODY = "body"
+
+
+class ApiError(exceptions.APIException):
+    """A 4xx about one field, raised by views when a service refuses a request."""
+
+    def __init__(self, *, field: str, reason: str, status_code: int = status.HTTP_400_BAD_REQUEST):
+        super().__init__(detail=reason)
+        self.field = field
+        self.reason = reason
+        self.status_code = status_code
+
+
+class Conflict(ApiError):
+    def __init__(self, *, field: str, reason: str):
+        super().__init__(field=field, reason=reason, status_code=status.HTTP_409_CONFLICT)
+
+
+def join_field(prefix: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{prefix}[{key}]"
+    if key in ("non_field_errors", "__all__"):
+        return prefix
+    if key.startswith("["):
+        return f"{prefix}{key}"
+    return f"{prefix}.{key}" if prefix else key
+
+
+def flatten_errors(detail: Any, prefix: str = "") -> Iterator[dict[str, str]]:
+    """Yield ``{"field", "reason"}`` for every leaf of a DRF validation error detail."""
+    if isinstance(detail, Mapping):
+        for key, value in detail.items():
+            yield from flatten_errors(
+                value, join_field(prefix, key if isinstance(key, int) else str(key))
+            )
+    elif isinstance(detail, list):
+        if all(isinstance(item, str) for item in detail):
+            for item in detail:
+                yield {"field": prefix or BODY, "reason": str(item)}
+        else:
+            for index, item in enumerate(detail):
+                if item in ({}, [], None):
+                    continue  # a valid item in a list of per-item errors
+                yield from flatten_errors(item, join_field(prefix, index))
+    else:
+        yield {"field": prefix or BODY, "reason": str(detail)}
+
+
+def _field_for(exc: exceptions.APIException, context: Mapping[str, Any]) -> str:
+    if isinstance(exc, ApiError):
+        return exc.field
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        return "Authorization"
+    if isinstance(exc, exceptions.PermissionDenied):
+        return "Authorization"
+    if isinstance(exc, exceptions.NotFound):
+        kwargs = getattr(context.get("view"), "kwargs", None) or {}
+        return next(iter(kwargs), "path")
+    if isinstance(exc, exceptions.MethodNotAllowed):
+        return "method"
+    if isinstance(exc, exceptions.UnsupportedMediaType):
+        return "Content-Type"
+    if isinstance(exc, exceptions.NotAcceptable):
+        return "Accept"
+    if isinstance(exc, exceptions.Throttled):
+        return "rate"
+    return BODY
+
+
+def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response | None:
+    """DRF EXCEPTION_HANDLER producing the error shape; unknown exceptions still propagate."""
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound("not found (or not visible to this key)")
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    elif isinstance(exc, DataError):
+        # Last line of defence: serializers bound every value, but the database is the judge.
+        logger.warning("DataError reached the API: %s", exc)
+        set_rollback()
+        exc = ApiError(field=BODY, reason=f"a value does not fit the database: {exc}".strip())
+    if not isinstance(exc, exceptions.APIException):
+        return None
+
+    headers: dict[str, str] = {}
+    if auth_header := getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = auth_header
+    if wait := getattr(exc, "wait", None):
+        headers["Retry-After"] = str(int(wait))
+
+    if isinstance(exc, exceptions.ValidationError):
+        errors = list(flatten_errors(exc.detail))
+    elif isinstance(exc, exceptions.ParseError):
+        errors = [{"field": BODY, "reason": f"malformed JSON: {exc.detail}"}]
+    else:
+        reason = exc.reason if isinstance(exc, ApiError) else str(exc.detail)
+        errors = [{"field": _field_for(exc, context), "reason": reason}]
+    if not errors:
+        errors = [{"field": BODY, "reason": "invalid request"}]
+    set_rollback()
+    return Response({"errors": errors}, status=exc.status_code, headers=headers)
+
+
+def not_found_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return JsonResponse(
+        {"errors": [{"field": "path", "reason": f"no such URL: {request.path}"}]}, status=404
+    )
+
+
+def server_error_view(request: HttpRequest) -> HttpResponse:
+    return JsonResponse(
+        {"errors": [{"field": "server", "reason": "internal error; see the server log"}]},
+        status=500,
+    )

@@ -1,0 +1,1 @@
+"""Settings: ``base`` holds everything; ``dev``, ``prod`` and ``test`` adjust it."""

@@ -1,0 +1,197 @@
+"""Settings shared by every Loom process; all deployment choices come from the environment.
+
+DATABASE_URL (unset → SQLite under var/), REDIS_URL (unset → embedded mode: in-memory channel
+layer, eager Celery, in-process transport), LOOM_SECRET_KEY, LOOM_ALLOWED_HOSTS, LOOM_LOG_LEVEL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from controlplane.env import (
+    database_from_url,
+    env_int,
+    env_list,
+    env_log_level,
+    env_str,
+    redis_url,
+    secret_key,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+VAR_DIR = Path(env_str("LOOM_VAR_DIR", str(BASE_DIR / "var")))
+
+SECRET_KEY = secret_key("LOOM_SECRET_KEY", keep_in=VAR_DIR / "secret_key")
+DEBUG = False
+ALLOWED_HOSTS = env_list("LOOM_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+LOG_LEVEL = env_log_level("LOOM_LOG_LEVEL", "INFO")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "apps.jobs",
+    "apps.resources",
+    "apps.trajectories",
+    "apps.actions",
+    "apps.policies",
+    "apps.buffers",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "controlplane.urls"
+WSGI_APPLICATION = "controlplane.wsgi.application"
+ASGI_APPLICATION = "controlplane.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": database_from_url(
+        "DATABASE_URL", env_str("DATABASE_URL", "") or None, sqlite_path=VAR_DIR / "loom.sqlite3"
+    )
+}
+if (
+    DATABASES["default"]["ENGINE"].endswith("sqlite3")
+    and DATABASES["default"]["NAME"] != ":memory:"
+):
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # Wait for the single writer instead of failing at once (embedded mode, several threads).
+    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT: Path | None = (
+    None  # prod sets it (collectstatic); dev serves from the apps via WhiteNoise
+)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+# Serve app static files (admin, Swagger UI from the sidecar) without a collectstatic step.
+WHITENOISE_USE_FINDERS = True
+
+# A 10 000-action batch with commands is a few MB of JSON.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 32 * 1024 * 1024
+
+# --- Redis or embedded -----------------------------------------------------------------------
+REDIS_URL = redis_url("REDIS_URL")
+LOOM_EMBEDDED = REDIS_URL is None
+# workers/transport reads this: "inprocess" (embedded) or "redis".
+LOOM_TRANSPORT = "inprocess" if LOOM_EMBEDDED else "redis"
+
+CHANNEL_LAYERS: dict[str, dict[str, Any]]
+if REDIS_URL is None:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CELERY_BROKER_URL = "memory://"
+    CELERY_TASK_ALWAYS_EAGER = True
+    CELERY_TASK_EAGER_PROPAGATES = True
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_TASK_ALWAYS_EAGER = False
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = TIME_ZONE
+
+# --- API ---------------------------------------------------------------------------------------
+LOOM_MAX_BATCH = env_int("LOOM_MAX_BATCH", 10_000, minimum=1)
+LOOM_MAX_RESULT_WAIT_S = 60
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "apps.jobs.authentication.BearerKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["controlplane.api.parsers.StrictJSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "controlplane.api.schema.LoomAutoSchema",
+    "EXCEPTION_HANDLER": "controlplane.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+
+SPECTACULAR_SETTINGS: dict[str, Any] = {
+    "TITLE": "Loom control plane API",
+    "DESCRIPTION": (
+        "Jobs, actions, trajectories, resources and policies of Loom, the control plane for "
+        "agentic RL rollouts. Authenticate with `Authorization: Bearer <key>`."
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "controlplane.api.schema.add_error_responses",
+    ],
+    "ENUM_NAME_OVERRIDES": {
+        "ActionStatusEnum": "apps.actions.models.ActionStatus",
+        "TrajectoryStatusEnum": "apps.trajectories.models.TrajectoryStatus",
+        "JobStatusEnum": "apps.jobs.models.JobStatus",
+        "NodeStatusEnum": "apps.resources.models.NodeStatus",
+        "PoolKindEnum": "apps.resources.models.PoolKind",
+        "PolicyKindEnum": "apps.policies.models.PolicyKind",
+        "TriggerKindEnum": "apps.buffers.models.TriggerKind",
+    },
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}

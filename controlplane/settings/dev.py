@@ -1,0 +1,5 @@
+"""The embedded demo and local development: DEBUG on, a secret key kept under var/."""
+
+from controlplane.settings.base import *  # noqa: F403
+
+DEBUG = True

@@ -1,0 +1,21 @@
+"""pytest: the embedded mode whatever the shell says, fast hashing, DATABASE_URL honoured.
+
+Tests that need the real Redis read LOOM_TEST_REDIS_URL (default redis://127.0.0.1:6379/15) and
+switch modes themselves, so a REDIS_URL left in the environment never changes the suite.
+"""
+
+import os
+
+from controlplane.settings.base import *  # noqa: F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+REDIS_URL = None
+LOOM_EMBEDDED = True
+LOOM_TRANSPORT = "inprocess"
+CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+CELERY_BROKER_URL = "memory://"
+CELERY_TASK_ALWAYS_EAGER = True
+CELERY_TASK_EAGER_PROPAGATES = True
+LOOM_TEST_REDIS_URL = os.environ.get("LOOM_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]
+LOGGING = {"version": 1, "disable_existing_loggers": False}

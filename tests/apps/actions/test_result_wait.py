@@ -1,0 +1,118 @@
+"""``GET /actions/{id}/result?wait=`` returns as soon as the action ends, without polling."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+
+from apps.actions import notify, services
+from apps.actions.models import ActionStatus
+from tests.apps.helpers import error_fields
+from tests.factories import ActionFactory
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("wait", ["-1", "61", "soon", "nan", "inf"])
+def test_wait_is_validated(job_actor, wait):
+    action = ActionFactory.create(job=job_actor.job)
+    response = job_actor.client.get(f"/api/v1/actions/{action.pk}/result/", {"wait": wait})
+    assert response.status_code == 400
+    assert "wait" in error_fields(response)
+
+
+@pytest.mark.django_db
+def test_active_action_is_202_after_the_wait(job_actor):
+    action = ActionFactory.create(job=job_actor.job)
+    started = time.monotonic()
+    response = job_actor.client.get(f"/api/v1/actions/{action.pk}/result", {"wait": "0.3"})
+    assert response.status_code == 202
+    assert response.json()["status"] == "queued"
+    assert time.monotonic() - started >= 0.3
+    assert notify.get_notifier().waiter_count() == 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.django_db
+def test_ended_action_is_200_at_once(job_actor):
+    action = ActionFactory.create(job=job_actor.job)
+    services.action_cancel(action_id=action.pk, reason="stop")
+    response = job_actor.client.get(f"/api/v1/actions/{action.pk}/result/", {"wait": "30"})
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "cancelled" and body["error_reason"] == "stop"
+    assert body["act_s"] >= 0
+
+
+def _finish_soon(action_id: int, delay: float) -> threading.Thread:
+    def run() -> None:
+        try:
+            time.sleep(delay)
+            services.action_mark_scheduled(action_id=action_id, allocation={"cores": [0]})
+            services.action_mark_running(action_id=action_id)
+            services.action_finish(
+                action_id=action_id, status=ActionStatus.SUCCEEDED, exit_code=0, score=0.75
+            )
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_waiter_wakes_when_another_thread_finishes(job_actor):
+    action = ActionFactory.create(job=job_actor.job)
+    thread = _finish_soon(action.pk, delay=0.3)
+    started = time.monotonic()
+    response = job_actor.client.get(f"/api/v1/actions/{action.pk}/result/", {"wait": "20"})
+    elapsed = time.monotonic() - started
+    thread.join()
+    assert response.status_code == 200, response.json()
+    assert response.json()["score"] == 0.75
+    assert elapsed < 10  # woken by the notification, long before the 20 s wait
+
+
+@pytest.fixture
+def redis_mode(settings):
+    url = settings.LOOM_TEST_REDIS_URL
+    try:
+        redis.Redis.from_url(url).ping()
+    except redis.ConnectionError:
+        pytest.skip(f"no Redis at {url}")
+    settings.REDIS_URL = url
+    return url
+
+
+@pytest.mark.redis
+def test_redis_notifier_round_trip(redis_mode):
+    notifier = notify.get_notifier()
+    assert isinstance(notifier, notify.RedisNotifier)
+    with notifier.subscribe(424242) as subscription:
+        assert not subscription.wait(0.05)
+        threading.Timer(0.1, notifier.publish, args=([424242],)).start()
+        assert subscription.wait(5)
+
+
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_result_wait_through_redis(job_actor, redis_mode):
+    assert redis_mode == settings.REDIS_URL
+    action = ActionFactory.create(job=job_actor.job)
+    thread = _finish_soon(action.pk, delay=0.3)
+    response = job_actor.client.get(f"/api/v1/actions/{action.pk}/result/", {"wait": "20"})
+    thread.join()
+    assert response.status_code == 200
+    assert response.json()["status"] == "succeeded"
+
+
+def test_in_process_notifier_only_wakes_its_action():
+    notifier = notify.InProcessNotifier()
+    with notifier.subscribe(1) as first, notifier.subscribe(2) as second:
+        notifier.publish([2])
+        assert second.wait(0) and not first.wait(0)
+    assert notifier.waiter_count() == 0

@@ -1,0 +1,139 @@
+"""State transitions as conditional updates, and the database constraints behind them."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import IntegrityError, close_old_connections, connection, transaction
+from django.utils import timezone
+
+from apps.actions import services
+from apps.actions.models import Action, ActionStatus
+from tests.apps.helpers import error_fields
+from tests.factories import ActionFactory, NodeFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_happy_path_queued_to_succeeded():
+    action = ActionFactory.create()
+    node = NodeFactory.create()
+    assert services.action_mark_scheduled(
+        action_id=action.pk, allocation={"cores": [0, 1]}, node_id=node.pk
+    )
+    assert services.action_mark_running(action_id=action.pk)
+    assert services.action_finish(
+        action_id=action.pk, status=ActionStatus.SUCCEEDED, exit_code=0, output="ok", score=1.0
+    )
+    action.refresh_from_db()
+    assert action.status == ActionStatus.SUCCEEDED
+    assert action.attempts == 1 and action.node == node
+    assert action.scheduled_at and action.started_at and action.finished_at
+    assert action.submitted_at <= action.scheduled_at <= action.started_at <= action.finished_at
+
+
+def test_transitions_refuse_the_wrong_state():
+    action = ActionFactory.create()
+    assert not services.action_mark_running(action_id=action.pk)  # not scheduled yet
+    assert not services.action_finish(action_id=action.pk, status=ActionStatus.FAILED)
+    assert services.action_cancel(action_id=action.pk)
+    assert not services.action_cancel(action_id=action.pk)
+    assert not services.action_mark_scheduled(action_id=action.pk, allocation={"cores": [0]})
+    with pytest.raises(ValueError):
+        services.action_finish(action_id=action.pk, status=ActionStatus.CANCELLED)
+
+
+def test_requeue_drops_the_allocation():
+    action = ActionFactory.create()
+    services.action_mark_scheduled(action_id=action.pk, allocation={"cores": [3]})
+    assert services.action_requeue(action_id=action.pk, reason="evicted")
+    action.refresh_from_db()
+    assert action.status == ActionStatus.QUEUED and action.allocation is None
+
+
+def test_bulk_schedule_and_cancel():
+    first, second, third = ActionFactory.create(), ActionFactory.create(), ActionFactory.create()
+    services.action_cancel(action_id=third.pk)
+    moved = services.action_mark_scheduled_many(
+        placements=[
+            services.Placement(action_id=first.pk, allocation={"cores": [0]}),
+            services.Placement(action_id=third.pk, allocation={"cores": [1]}),
+        ]
+    )
+    assert moved == [first.pk]
+    cancelled = services.action_cancel_many(
+        action_ids=[first.pk, second.pk, third.pk], reason="job stopped"
+    )
+    assert sorted(cancelled) == [first.pk, second.pk]
+
+
+@pytest.mark.parametrize(
+    ("changes", "constraint"),
+    [
+        ({"min_units": 5, "max_units": 2}, "action_min_le_max"),
+        ({"min_units": -1}, ""),
+        ({"status": ActionStatus.RUNNING, "allocation": None}, "allocated"),
+        ({"status": ActionStatus.QUEUED, "allocation": {"cores": [0]}}, "queued_has_no"),
+        ({"status": ActionStatus.SUCCEEDED, "finished_at": None}, "finished_when_terminal"),
+    ],
+)
+def test_database_constraints(changes, constraint):
+    action = ActionFactory.create()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Action.objects.filter(pk=action.pk).update(**changes)
+
+
+def test_unique_idempotency_key_per_job():
+    action = ActionFactory.create(idempotency_key="k")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ActionFactory.create(job=action.job, idempotency_key="k")
+    ActionFactory.create(idempotency_key="k")  # another job may reuse it
+
+
+def test_cancel_api(job_actor):
+    action = ActionFactory.create(job=job_actor.job)
+    response = job_actor.client.post(
+        f"/api/v1/actions/{action.pk}/cancel/", {"reason": "not needed"}, format="json"
+    )
+    assert response.status_code == 200
+    assert response.json()["status"] == "cancelled"
+    assert response.json()["error_reason"] == "not needed"
+    again = job_actor.client.post(f"/api/v1/actions/{action.pk}/cancel/")
+    assert again.status_code == 409
+    assert "already cancelled" in error_fields(again)["status"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_starts_exactly_one_wins(postgres_only):
+    """Two agents race to start one scheduled action on PostgreSQL: exactly one wins."""
+    for _ in range(20):
+        action = ActionFactory.create()
+        services.action_mark_scheduled(action_id=action.pk, allocation={"cores": [0]})
+        barrier = threading.Barrier(2)
+        outcomes: list[bool] = []
+        lock = threading.Lock()
+
+        def start(
+            action_id: int = action.pk,
+            gate: threading.Barrier = barrier,
+            results: list[bool] = outcomes,
+            results_lock: threading.Lock = lock,
+        ) -> None:
+            try:
+                gate.wait()
+                won = services.action_mark_running(action_id=action_id, now=timezone.now())
+                with results_lock:
+                    results.append(won)
+            finally:
+                close_old_connections()
+                connection.close()
+
+        threads = [threading.Thread(target=start) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(outcomes) == [False, True]
+        action.refresh_from_db()
+        assert action.attempts == 1 and action.status == ActionStatus.RUNNING

@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from django.conf import settings
+
+from controlplane import celery_app
+
+
+def test_celery_is_eager_in_the_embedded_mode():
+    assert settings.LOOM_EMBEDDED
+    assert celery_app.conf.task_always_eager is True
+    assert celery_app.conf.broker_url == "memory://"
+
+    @celery_app.task(name="tests.add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    assert add.delay(2, 3).get(timeout=1) == 5

@@ -1,0 +1,15 @@
+"""bench/scheduler_pass.py at a tiny size: shape and sanity, not timing."""
+
+from __future__ import annotations
+
+from bench.scheduler_pass import POOLS, measure
+
+
+def test_measure_reports_every_figure_for_each_pool() -> None:
+    for pool in POOLS:
+        row = measure(pool, queue=16, passes=15)
+        assert row["pool"] == pool and row["passes"] == 15
+        assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"]
+        assert row["cpu_p99_ms"] > 0
+        assert row["actions_started_per_pass"] > 0  # the steady state really schedules
+        assert row["running_at_end"] > 0

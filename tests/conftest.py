@@ -1,0 +1,72 @@
+"""Shared fixtures for the Django side: API clients for a job key, another job's key, staff."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class Actor:
+    """A client that authenticates one way, and what it acts for."""
+
+    client: Any
+    job: Any = None
+    raw_key: str = ""
+    user: Any = None
+
+
+def _bearer_client(raw_key: str) -> Any:
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_key}")
+    return client
+
+
+@pytest.fixture
+def anon_client() -> Any:
+    from rest_framework.test import APIClient
+
+    return APIClient()
+
+
+@pytest.fixture
+def job_actor(db: Any) -> Actor:
+    from tests.factories import JobFactory, make_key
+
+    job = JobFactory.create(name="trainer")
+    _, raw_key = make_key(job=job)
+    return Actor(client=_bearer_client(raw_key), job=job, raw_key=raw_key, user=job.owner)
+
+
+@pytest.fixture
+def other_actor(db: Any) -> Actor:
+    from tests.factories import JobFactory, make_key
+
+    job = JobFactory.create(name="other")
+    _, raw_key = make_key(job=job)
+    return Actor(client=_bearer_client(raw_key), job=job, raw_key=raw_key, user=job.owner)
+
+
+@pytest.fixture
+def staff_actor(db: Any) -> Actor:
+    from tests.factories import StaffFactory, make_key
+
+    user = StaffFactory.create(username="operator")
+    _, raw_key = make_key(user=user)
+    return Actor(client=_bearer_client(raw_key), raw_key=raw_key, user=user)
+
+
+@pytest.fixture
+def staff_session(db: Any) -> Actor:
+    from rest_framework.test import APIClient
+
+    from tests.factories import StaffFactory
+
+    user = StaffFactory.create(username="browser-admin")
+    client = APIClient()
+    client.force_login(user)
+    return Actor(client=client, user=user)

@@ -1,0 +1,1 @@
+"""Pieces every agent shares: the agent loop, host discovery, /proc scans."""

@@ -1,0 +1,101 @@
+"""The execution-backend interface of the CPU agent and helpers every backend uses."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import re
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from workers.transport.messages import Dispatch
+
+T = TypeVar("T")
+
+_READ_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ExecOutcome:
+    """What a backend observed; the agent turns it into an ActionResult status and reason."""
+
+    exit_code: int | None
+    output: bytes
+    output_truncated: bool
+    started_at: float
+    finished_at: float
+    timed_out: bool = False
+    oom_killed: bool = False
+    infra_error: str | None = None
+
+
+class ExecutionBackend(abc.ABC):
+    """Runs one Dispatch's command on its cores and cleans everything up afterwards."""
+
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    async def run(self, dispatch: Dispatch) -> ExecOutcome:
+        """Run to the end (exit, timeout). On cancellation: kill everything, then re-raise."""
+
+    @abc.abstractmethod
+    async def end_trajectory(self, trajectory_id: str) -> None:
+        """Remove the trajectory's sandbox (working dir or container)."""
+
+    @abc.abstractmethod
+    async def clean_lost_attempt(self, dispatch: Dispatch) -> None:
+        """Kill what a dead agent left running for this dispatch (after a reclaim)."""
+
+    @abc.abstractmethod
+    async def sweep_idle(self, now: float) -> list[str]:
+        """Remove sandboxes idle past their TTL; returns the trajectory ids removed."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Remove every sandbox this backend created."""
+
+
+async def read_capped(reader: asyncio.StreamReader, cap_bytes: int) -> tuple[bytes, bool]:
+    """Read to EOF keeping at most ``cap_bytes``; the rest is drained so the writer never blocks."""
+    kept = bytearray()
+    truncated = False
+    while True:
+        chunk = await reader.read(_READ_CHUNK)
+        if not chunk:
+            return bytes(kept), truncated
+        room = cap_bytes - len(kept)
+        if len(chunk) > room:
+            truncated = True
+            if room > 0:
+                kept += chunk[:room]
+        else:
+            kept += chunk
+
+
+async def finish_despite_cancel(awaitable: Awaitable[T]) -> tuple[T, bool]:
+    """Await to completion even if the caller is cancelled meanwhile.
+
+    Returns ``(result, was_cancelled)``: a process spawned (or a cgroup created) while the action
+    was being cancelled must still be handed back, so it can be killed (removed), before the
+    cancellation goes on.
+    """
+    task = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise
+            cancelled = True
+    return task.result(), cancelled
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def safe_name(text: str, limit: int = 80) -> str:
+    """A file-system / container-name safe rendering of an id."""
+    cleaned = _UNSAFE.sub("_", text).strip("._") or "x"
+    return cleaned[:limit]

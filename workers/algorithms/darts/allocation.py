@@ -1,0 +1,81 @@
+"""Variance-based adaptive redundancy allocation (darts §4.2.2 Eq. 5, App. C Alg. 1).
+
+minimise ``Σ_i Norm(σ̃_i) / M'_i`` s.t. ``Σ M'_i = M_total``, ``M_low ≤ M'_i ≤ M_up``.
+
+Alg. 1 starts every prompt at ``M_low`` and repeatedly gives one more sample to the prompt with the
+largest marginal gain ``Δ_i = w_i·(1/M'_i − 1/(M'_i+1))`` (``np.argmax`` semantics: the lowest
+index wins a tie). Because each prompt's gains shrink as it grows, that loop hands out exactly the
+``M_total − N·M_low`` largest entries of the table of all ``(prompt, step)`` gains, taken in the
+order (gain descending, prompt index, step). This module computes that selection with one sort
+instead of a Python loop, so 512 prompts × 16 samples allocate in well under a millisecond; the
+tests check it against the literal loop and against brute force.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def min_max_normalise(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """``Norm(·)`` of Eq. 5: min-max over the batch.
+
+    When every value is equal the spread carries no information; all weights are then 1, which
+    makes Alg. 1 spread the budget round-robin instead of dividing by zero.
+    """
+    array = np.asarray(values, dtype=float)
+    if array.size == 0:
+        return array
+    if not np.all(np.isfinite(array)):
+        raise ValueError("length statistics must be finite")
+    low, high = float(array.min()), float(array.max())
+    if high - low <= 0.0:
+        return np.ones_like(array)
+    return (array - low) / (high - low)
+
+
+def allocate_redundancy(
+    length_stds: Sequence[float] | np.ndarray,
+    total_budget: int,
+    *,
+    lower: int,
+    upper: int,
+) -> np.ndarray:
+    """Alg. 1: samples ``M'_i`` per prompt, summing to ``total_budget``.
+
+    ``length_stds`` are the smoothed σ̃_L per prompt (see ``variance_store.smoothed_stds``);
+    ``lower``/``upper`` are ``M_low``/``M_up`` (the paper uses ``M`` and ``2M``).
+    """
+    stds = np.asarray(length_stds, dtype=float)
+    prompts = stds.size
+    if lower < 1 or upper < lower:
+        raise ValueError(f"need 1 <= lower <= upper, got lower={lower}, upper={upper}")
+    extra = total_budget - prompts * lower
+    capacity = prompts * (upper - lower)
+    if extra < 0 or extra > capacity:
+        raise ValueError(
+            f"total_budget {total_budget} outside [{prompts * lower}, {prompts * upper}] "
+            f"for {prompts} prompts"
+        )
+    allocation = np.full(prompts, lower, dtype=np.int64)
+    if extra == 0:
+        return allocation
+    weights = min_max_normalise(stds)
+    steps = upper - lower
+    current = lower + np.arange(steps, dtype=float)  # M'_i before each extra sample
+    gains = weights[:, None] / (current * (current + 1.0))[None, :]
+    prompt_index = np.repeat(np.arange(prompts), steps)
+    step_index = np.tile(np.arange(steps), prompts)
+    order = np.lexsort((step_index, prompt_index, -gains.ravel()))
+    chosen = prompt_index[order[:extra]]
+    allocation += np.bincount(chosen, minlength=prompts)
+    return allocation
+
+
+def allocation_objective(
+    length_stds: Sequence[float] | np.ndarray, allocation: Sequence[int] | np.ndarray
+) -> float:
+    """Eq. 5's objective ``Σ Norm(σ̃_i) / M'_i`` for an allocation (used to compare plans)."""
+    weights = min_max_normalise(length_stds)
+    return float(np.sum(weights / np.asarray(allocation, dtype=float)))

@@ -1,0 +1,317 @@
+"""Presorted dynamic-programming placement (heddle §5.2, Lemma 5.1, formula 3).
+
+Sort trajectories by predicted length, descending; place contiguous runs of that order on the
+workers, and
+
+    dp[i][k] = min_p max(dp[p][k−1], cost_k(p, i)),   paper: cost_k(p, i) = α_k(i−p)·L[p+1]·τ_k
+
+Worker ``k`` may have its own α and τ (heterogeneous MP, §6): the caller lists workers in the
+order the sorted groups should map to them — highest MP first, so the longest trajectories get
+the fastest workers.
+
+Group-time models (``WorkerCost.model``):
+
+- ``"paper"`` — formula 2 as written: α(|G|)·max L·τ. Lemma 5.1 (contiguity is optimal) holds.
+- ``"fluid"`` (default in the simulator) — the same quantity, the longest member's time, computed
+  the way the paper's profiler-driven α is meant to (§5.2 "Interference Factor": a simulation of
+  the group "capturing batch-dependent interference and queuing delays"): with continuous
+  batching every member decodes one token per step, so member ``j`` (sorted) is alive for the
+  lead's first ``L_j`` tokens and the lead's time is ``τ·Σ_j L_j·(α(j)−α(j−1))`` (running count
+  capped at the batch limit ``B``), floored by the throughput bound ``τ·α(B)·ΣL / B`` when the
+  group must queue. α(n)·L_lead charges the whole lifetime at the initial batch size, which over-
+  states a long trajectory's interference once its short neighbours finish. Both monotonicities
+  below still hold (α convex, as the three-piece PTL is), so the DP stays exact over contiguous
+  partitions; contiguity itself is Lemma 5.1's premise, proven for the paper model.
+
+Speed. The DP is O(N²K) as written. ``dp[p][k−1]`` is non-decreasing in ``p`` and ``cost(p, i)``
+non-increasing in ``p``, so the min-max sits where they cross; a binary search — vectorised over
+all ``i`` with numpy — finds it: O(N·K·log N), exact. Short trajectories below a threshold are
+aggregated into blocks (§5.2): blocks only restrict where groups may split (costs still use every
+trajectory's length), which bounds the DP's item count at ``max_items``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+GroupModel = Literal["paper", "fluid"]
+
+
+@dataclass(frozen=True)
+class WorkerCost:
+    """One worker's cost profile.
+
+    ``alpha[n]``: interference factor with ``n`` running (``alpha[0] = 0``, ``alpha[1] = 1``),
+    non-decreasing; ``tau``: base per-token time; ``batch_limit``: running-batch cap (fluid model
+    only); ``group_limit``: most trajectories the worker may hold (its KV capacity), larger groups
+    are infeasible; ``overhead_per_trajectory``: seconds of batch-stalling work each member adds
+    (its prefills: prompt and tool outputs), ``n ·`` that is added to the group's time — the cost
+    that makes a crowded worker slow even when its members are short.
+    """
+
+    alpha: np.ndarray
+    tau: float
+    batch_limit: int | None = None
+    group_limit: int | None = None
+    model: GroupModel = "paper"
+    overhead_per_trajectory: float = 0.0
+    _pieces: tuple[tuple[int, int, float], ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.alpha[0] != 0:
+            raise ValueError("alpha[0] must be 0 (an empty worker costs nothing)")
+        if self.model == "fluid":
+            object.__setattr__(self, "_pieces", _increment_runs(self.alpha, self.batch_limit))
+
+    def cost_from(
+        self, lengths: np.ndarray, prefix: np.ndarray, start: np.ndarray
+    ) -> Callable[[np.ndarray], np.ndarray]:
+        """``cost`` specialised for fixed group starts (the DP's inner loop calls it ~log N
+        times per layer): the start-dependent parts are computed once."""
+        alpha = self.alpha
+        if self.group_limit is not None and self.group_limit + 1 < len(alpha):
+            alpha = alpha.copy()
+            alpha[self.group_limit + 1 :] = np.inf
+        if self.model == "paper":
+            lead_tau = np.append(lengths, 0.0)[start] * self.tau
+
+            overhead = self.overhead_per_trajectory
+
+            def paper_cost(end: np.ndarray) -> np.ndarray:
+                size = end - start
+                value = alpha[size] * lead_tau  # α[0] = 0: empty groups cost nothing
+                return value + overhead * size if overhead else value
+
+            return paper_cost
+        pieces = [
+            (start + first, start + last, inc * self.tau) for first, last, inc in self._pieces
+        ]
+        limit = None if self.batch_limit is None else min(self.batch_limit, len(alpha) - 1)
+        drain_rate = 0.0 if limit is None else self.alpha[limit] / limit * self.tau
+        base = prefix[start]
+        infeasible = alpha == np.inf
+
+        def fluid_cost(end: np.ndarray) -> np.ndarray:
+            value = np.zeros(len(end))
+            for lo, hi, inc in pieces:
+                value += inc * (prefix[np.minimum(hi, end)] - prefix[np.minimum(lo, end)])
+            if limit is not None:
+                value = np.maximum(value, drain_rate * (prefix[end] - base))
+            if self.overhead_per_trajectory:
+                value = value + self.overhead_per_trajectory * (end - start)
+            if infeasible.any():
+                value = np.where(infeasible[end - start], np.inf, value)
+            return value
+
+        return fluid_cost
+
+    def cost(
+        self, lengths: np.ndarray, prefix: np.ndarray, start: np.ndarray, end: np.ndarray
+    ) -> np.ndarray:
+        """Time of the group ``lengths[start:end]`` (sorted descending; vectorised)."""
+        size = end - start
+        lead = lengths[np.minimum(start, len(lengths) - 1)] if len(lengths) else 0.0
+        if self.model == "paper":
+            alpha = self.alpha[np.minimum(size, len(self.alpha) - 1)]
+            value = alpha * lead * self.tau
+        else:
+            lead_time = np.zeros(np.shape(start))
+            for first, last, increment in self._pieces:
+                lo = np.minimum(start + first, end)
+                hi = np.minimum(start + last, end)
+                lead_time = lead_time + increment * (prefix[hi] - prefix[lo])
+            value = lead_time * self.tau
+            if self.batch_limit is not None:
+                limit = min(self.batch_limit, len(self.alpha) - 1)
+                drain = self.alpha[limit] * (prefix[end] - prefix[start]) / limit * self.tau
+                value = np.maximum(value, drain)
+        if self.group_limit is not None:
+            value = np.where(size > self.group_limit, np.inf, value)
+        if len(self.alpha) <= int(np.max(size, initial=0)):
+            raise ValueError(f"alpha covers {len(self.alpha) - 1} trajectories, need more")
+        return np.where(size > 0, value, 0.0)
+
+
+def _increment_runs(
+    alpha: np.ndarray, batch_limit: int | None
+) -> tuple[tuple[int, int, float], ...]:
+    """Run-length encoding of α's increments by member offset: ``(first, last, increment)`` —
+    offsets ``first ≤ o < last`` add ``increment·L`` (offset 0 is the lead, increment α(1)).
+    Offsets at or past the batch limit add nothing (those members queue, they do not interfere).
+    A three-piece α gives four runs."""
+    increments = np.diff(alpha)
+    if batch_limit is not None:
+        increments = increments[:batch_limit]
+    if len(increments) == 0:
+        return ()
+    if np.any(increments < -1e-12) or np.any(np.diff(increments[1:]) < -1e-9):
+        raise ValueError("the fluid model needs a non-decreasing, convex alpha")
+    runs = []
+    first = 0
+    for offset in range(1, len(increments) + 1):
+        if offset == len(increments) or not np.isclose(
+            increments[offset], increments[first], rtol=1e-9, atol=1e-12
+        ):
+            runs.append((first, offset, float(increments[first])))
+            first = offset
+    return tuple(runs)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """DP result. ``order`` lists trajectory indices, longest first; ``group_sizes[k]``
+    consecutive entries of it go to worker ``k``; ``assignment[t]`` is trajectory ``t``'s worker."""
+
+    order: np.ndarray
+    group_sizes: tuple[int, ...]
+    assignment: np.ndarray
+    makespan: float
+    items: int
+    group_costs: tuple[float, ...] = ()
+
+    def groups(self) -> list[list[int]]:
+        bounds = np.concatenate([[0], np.cumsum(self.group_sizes)])
+        return [
+            [int(t) for t in self.order[bounds[k] : bounds[k + 1]]]
+            for k in range(len(self.group_sizes))
+        ]
+
+
+def group_makespan(lengths: Sequence[float], worker: WorkerCost) -> float:
+    """One group's time under ``worker``'s model (0 for an empty group), any member order."""
+    ordered = np.sort(np.asarray(lengths, dtype=float))[::-1]
+    prefix = np.concatenate([[0.0], np.cumsum(ordered)])
+    return float(worker.cost(ordered, prefix, np.array([0]), np.array([len(ordered)]))[0])
+
+
+def aggregate_sorted(
+    lengths_desc: np.ndarray, *, threshold: float | None, max_items: int
+) -> np.ndarray:
+    """Item boundaries (trajectory positions, from 0 to N) after aggregating the short tail.
+
+    Trajectories at or above ``threshold`` stay single items; the rest are cut into equal blocks
+    so the item count stays within ``max_items``. With ``threshold=None`` it is the length at rank
+    ``max_items // 2`` when there are more than ``max_items`` trajectories.
+    """
+    n = len(lengths_desc)
+    if n <= max_items and threshold is None:
+        return np.arange(n + 1)
+    if threshold is None:
+        singles = max_items // 2
+    else:
+        singles = int(np.searchsorted(-lengths_desc, -threshold, side="right"))
+        singles = min(singles, max_items - 1)
+    rest = n - singles
+    if rest <= 0:
+        return np.arange(n + 1)
+    blocks = max(1, min(rest, max_items - singles))
+    block_counts = np.full(blocks, rest // blocks, dtype=np.int64)
+    block_counts[: rest % blocks] += 1
+    counts = np.concatenate([np.ones(singles, dtype=np.int64), block_counts])
+    return np.concatenate([[0], np.cumsum(counts)])
+
+
+def _layer_binary_search(
+    after: np.ndarray,
+    bounds: np.ndarray,
+    lengths: np.ndarray,
+    prefix: np.ndarray,
+    worker: WorkerCost,
+) -> np.ndarray:
+    """One worker's layer of the suffix form of formula 3, for every start item ``j`` at once:
+    ``f[j] = min_{e ≥ j} max(cost(j, e), after[e])``. ``cost`` is non-decreasing in ``e`` and
+    ``after`` non-increasing, so the optimum is at their crossing, found by a branch-free binary
+    search (``e = n`` always qualifies: ``after[n] = 0``)."""
+    n = len(bounds) - 1
+    j = np.arange(n + 1)
+    cost = worker.cost_from(lengths, prefix, bounds)
+    lo = j.copy()
+    hi = np.full(n + 1, n, dtype=np.int64)
+    for _ in range(int(np.ceil(np.log2(n + 1))) + 1):
+        mid = (lo + hi) >> 1
+        crossed = cost(bounds[mid]) >= after[mid]
+        np.copyto(hi, mid, where=crossed)
+        mid += 1
+        np.copyto(lo, mid, where=~crossed)
+    value = cost(bounds[lo])
+    left = after[np.maximum(lo - 1, 0)]
+    left[lo == j] = np.inf
+    return np.minimum(value, left)
+
+
+def _solve_items(
+    bounds: np.ndarray, lengths: np.ndarray, workers: Sequence[WorkerCost]
+) -> tuple[list[int], float]:
+    """Formula 3 over items (``bounds`` = item boundaries in the sorted order) → group bounds in
+    items, makespan.
+
+    The DP runs over suffixes (last worker first), which yields the optimal makespan of *every*
+    remaining sub-problem; the partition is then read front to back, giving each worker the
+    largest group that keeps the remaining optimum. Same optimal makespan as the paper's prefix
+    form, but the min-max slack is not left as empty workers: every later group is the optimum
+    of what is left (a lexicographic refinement), which spreads the short trajectories.
+    """
+    n = len(bounds) - 1
+    prefix = np.concatenate([[0.0], np.cumsum(lengths)])
+    after = np.full(n + 1, np.inf)
+    after[n] = 0.0
+    layers = [after]
+    for worker in reversed(workers):
+        after = _layer_binary_search(after, bounds, lengths, prefix, worker)
+        layers.append(after)
+    layers.reverse()  # layers[k][j]: best makespan of items j.. on workers k..
+    cuts = [0]
+    start = 0
+    for k, worker in enumerate(workers):
+        target = layers[k][start] * (1 + 1e-9)
+        ends = np.arange(start, n + 1)
+        cost = worker.cost(lengths, prefix, np.full_like(ends, bounds[start]), bounds[ends])
+        feasible = (cost <= target) & (layers[k + 1][start:] <= target)
+        choices = np.nonzero(feasible)[0]
+        end = int(ends[choices[-1]]) if len(choices) else n
+        cuts.append(end)
+        start = end
+    return cuts, float(layers[0][0])
+
+
+def place_trajectories(
+    predicted_lengths: Sequence[float] | np.ndarray,
+    workers: Sequence[WorkerCost],
+    *,
+    aggregation_threshold: float | None = None,
+    max_items: int = 256,
+) -> Placement:
+    """Optimal contiguous placement of trajectories onto ``workers`` (formula 3)."""
+    lengths = np.asarray(predicted_lengths, dtype=float)
+    n, k_workers = len(lengths), len(workers)
+    if k_workers == 0:
+        raise ValueError("need at least one worker")
+    if np.any(lengths < 0) or not np.all(np.isfinite(lengths)):
+        raise ValueError("predicted lengths must be finite and >= 0")
+    order = np.argsort(-lengths, kind="stable")
+    if n == 0:
+        return Placement(order, tuple([0] * k_workers), np.zeros(0, dtype=np.int64), 0.0, 0)
+    sorted_lengths = lengths[order]
+    bounds = aggregate_sorted(sorted_lengths, threshold=aggregation_threshold, max_items=max_items)
+    cuts, optimum = _solve_items(bounds, sorted_lengths, workers)
+    if not np.isfinite(optimum):
+        raise ValueError(f"the workers' group limits cannot hold {n} trajectories")
+    traj_bounds = bounds[np.asarray(cuts)]
+    group_sizes = tuple(int(s) for s in np.diff(traj_bounds))
+    assignment = np.empty(n, dtype=np.int64)
+    assignment[order] = np.repeat(np.arange(k_workers), group_sizes)
+    prefix = np.concatenate([[0.0], np.cumsum(sorted_lengths)])
+    group_costs = tuple(
+        float(w.cost(sorted_lengths, prefix, traj_bounds[k : k + 1], traj_bounds[k + 1 : k + 2])[0])
+        for k, w in enumerate(workers)
+    )
+    return Placement(order, group_sizes, assignment, max(group_costs), len(bounds) - 1, group_costs)
+
+
+def homogeneous_workers(worker: WorkerCost, count: int) -> list[WorkerCost]:
+    """``count`` identical workers (§5.2's homogeneous premise)."""
+    return [worker] * count

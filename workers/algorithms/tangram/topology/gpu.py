@@ -1,0 +1,325 @@
+"""GPU manager via evict-on-execution (arl-tangram §5.3).
+
+*Pool*: GPUs are handed out as buddy chunks ``(start, start + 2^a)`` with ``start`` divisible by
+``2^a`` (a multi-level cell structure after HiveD). Each node starts as one free chunk; an
+allocation of ``m`` GPUs takes the smallest free level ``b ≥ a`` (``2^(a-1) < m ≤ 2^a``),
+splitting it when ``b > a``; among chunks of that level the one already caching the requested
+service wins. Released chunks coalesce with their free buddy.
+
+*Breakdown*: every service keeps an invariant copy in CPU memory; a chunk that does not cache the
+service restores it (``load_seconds`` added to the action), evicting least-recently-used cached
+services from the chunk's GPUs until the service's per-GPU footprint fits. Different DoPs of a
+service are distinct cached instances. At most one action runs on a GPU at any time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+from workers.algorithms.tangram.action import ActionSpec
+from workers.algorithms.tangram.dparrange import (
+    CHUNK_SIZES,
+    GpuChunkDPOperator,
+    chunk_take,
+)
+from workers.algorithms.tangram.topology.base import (
+    Accommodation,
+    Allocation,
+    Blocked,
+    Placement,
+    Topology,
+    WaitReason,
+)
+
+GPU = "gpu"
+GPU_MEMORY = "gpu_memory_mb"
+_LEVEL = {1: 0, 2: 1, 4: 2, 8: 3}
+
+Chunk = tuple[str, int, int]  # (node, start, size)
+Instance = tuple[str, str, int, int]  # (service, node, start, size)
+
+
+@dataclass(frozen=True)
+class GpuServiceSpec:
+    """A GPU service (reward model, teacher): total weight memory and restore speed.
+
+    ``load_seconds(m) = load_overhead_s + (weights_mb / m) / load_mb_per_s`` — each of the ``m``
+    GPUs restores its tensor-parallel shard from pinned CPU memory in parallel.
+    """
+
+    name: str
+    weights_mb: float
+    load_mb_per_s: float = 10_000.0
+    load_overhead_s: float = 0.5
+
+    def footprint_mb(self, gpus: int) -> float:
+        return self.weights_mb / gpus
+
+    def load_seconds(self, gpus: int) -> float:
+        return self.load_overhead_s + self.footprint_mb(gpus) / self.load_mb_per_s
+
+
+class GpuTopology(Topology):
+    """Nodes of ``gpus_per_node`` GPUs (1, 2, 4 or 8) with a per-GPU service cache."""
+
+    kind = "gpu"
+
+    def __init__(
+        self,
+        node_names: Sequence[str],
+        services: Mapping[str, GpuServiceSpec],
+        gpus_per_node: int = 8,
+        gpu_memory_mb: float = 80_000.0,
+        prefer_cached: bool = True,
+        load_multiplier: float = 1.0,
+    ) -> None:
+        if gpus_per_node not in CHUNK_SIZES:
+            raise ValueError(f"gpus_per_node must be one of {CHUNK_SIZES}, got {gpus_per_node}")
+        if not node_names or len(set(node_names)) != len(node_names):
+            raise ValueError("need at least one node, names unique")
+        self.node_names = list(node_names)
+        self.gpus_per_node = gpus_per_node
+        self.total_gpus = gpus_per_node * len(node_names)
+        self.gpu_memory_mb = gpu_memory_mb
+        self.services = dict(services)
+        self.prefer_cached = prefer_cached
+        self.load_multiplier = load_multiplier
+        self.free_chunks: list[set[tuple[str, int]]] = [set() for _ in CHUNK_SIZES]
+        for name in self.node_names:
+            self.free_chunks[_LEVEL[gpus_per_node]].add((name, 0))
+        self.busy: dict[str, Chunk] = {}
+        self.gpu_owner: dict[tuple[str, int], str] = {}
+        self.cache_last_used: dict[Instance, float] = {}
+        self.memory_used: dict[tuple[str, int], float] = {
+            (n, g): 0.0 for n in self.node_names for g in range(gpus_per_node)
+        }
+        self.loading_until: dict[str, float] = {}
+        self.loads = 0
+        self.evictions = 0
+
+    @property
+    def resource_names(self) -> frozenset[str]:
+        return frozenset({GPU, GPU_MEMORY})
+
+    def free_counts(self) -> tuple[int, int, int, int]:
+        a, b, c, d = (len(s) for s in self.free_chunks)
+        return (a, b, c, d)
+
+    @property
+    def arranged_resources(self) -> tuple[str, ...]:
+        return (GPU,)
+
+    def never_fits(self, spec: ActionSpec) -> WaitReason | None:
+        if (
+            any(name not in self.resource_names for name in spec.resources)
+            or GPU not in spec.resources
+        ):
+            return WaitReason.NOT_IN_POOL
+        if spec.service is None or spec.service not in self.services:
+            return WaitReason.NOT_IN_POOL
+        demand = spec.resources[GPU]
+        options = [k for k in demand.options() if k in CHUNK_SIZES and k <= self.gpus_per_node]
+        service = self.services[spec.service]
+        if not any(service.footprint_mb(k) <= self.gpu_memory_mb for k in options):
+            return WaitReason.NEVER_FITS
+        if demand.minimum not in options:
+            return WaitReason.NEVER_FITS
+        return None
+
+    def accommodation(self, now: float) -> _GpuAccommodation:
+        return _GpuAccommodation(self, now)
+
+    # --- buddy chunks -----------------------------------------------------------------------
+
+    def _pick_chunk(self, size: int, service: str | None) -> tuple[str, int, int, int]:
+        """``(node, chunk_start, chunk_size, sub_start)``: smallest fitting level, cached first."""
+        for level in range(_LEVEL[size], 4):
+            chunk_size = CHUNK_SIZES[level]
+            free = self.free_chunks[level]
+            if not free:
+                continue
+            best: tuple[float, str, int, int] | None = None
+            for node, start in sorted(free):
+                for sub in range(start, start + chunk_size, size):
+                    used = -1.0
+                    if self.prefer_cached and service is not None:
+                        used = self.cache_last_used.get((service, node, sub, size), -1.0)
+                    if best is None or used > best[0]:
+                        best = (used, node, start, sub)
+                if not self.prefer_cached:
+                    break
+            assert best is not None
+            _, node, start, sub = best
+            return node, start, chunk_size, sub
+        raise RuntimeError(f"no free chunk of {size} GPUs")
+
+    def _split_take(self, node: str, start: int, chunk_size: int, sub: int, size: int) -> None:
+        self.free_chunks[_LEVEL[chunk_size]].discard((node, start))
+        while chunk_size > size:
+            chunk_size //= 2
+            lower, upper = start, start + chunk_size
+            if sub >= upper:
+                self.free_chunks[_LEVEL[chunk_size]].add((node, lower))
+                start = upper
+            else:
+                self.free_chunks[_LEVEL[chunk_size]].add((node, upper))
+
+    def _free_coalesce(self, node: str, start: int, size: int) -> None:
+        while size < self.gpus_per_node:
+            buddy = start ^ size
+            level_set = self.free_chunks[_LEVEL[size]]
+            if (node, buddy) not in level_set:
+                break
+            level_set.discard((node, buddy))
+            start = min(start, buddy)
+            size *= 2
+        self.free_chunks[_LEVEL[size]].add((node, start))
+
+    # --- service cache (EOE) ----------------------------------------------------------------
+
+    def _ensure_cached(self, service: str, node: str, start: int, size: int, now: float) -> float:
+        key = (service, node, start, size)
+        if key in self.cache_last_used:
+            self.cache_last_used[key] = now
+            return 0.0
+        spec = self.services[service]
+        need = spec.footprint_mb(size)
+        gpus = range(start, start + size)
+        overlapping = sorted(
+            (t, inst)
+            for inst, t in self.cache_last_used.items()
+            if inst[1] == node and inst[2] < start + size and start < inst[2] + inst[3]
+        )
+        for _, inst in overlapping:
+            if all(self.memory_used[(node, g)] + need <= self.gpu_memory_mb for g in gpus):
+                break
+            self._evict(inst)
+        for g in gpus:
+            self.memory_used[(node, g)] += need
+        self.cache_last_used[key] = now
+        self.loads += 1
+        return spec.load_seconds(size) * self.load_multiplier
+
+    def _evict(self, inst: Instance) -> None:
+        service, node, start, size = inst
+        del self.cache_last_used[inst]
+        per_gpu = self.services[service].footprint_mb(size)
+        for g in range(start, start + size):
+            self.memory_used[(node, g)] -= per_gpu
+        self.evictions += 1
+
+    def cached_instances(self, service: str) -> list[Instance]:
+        return [inst for inst in self.cache_last_used if inst[0] == service]
+
+    # --- Topology interface -----------------------------------------------------------------
+
+    def allocate(
+        self, spec: ActionSpec, group: Hashable, units: Mapping[str, int], now: float
+    ) -> Allocation:
+        size = units[GPU]
+        node, start, chunk_size, sub = self._pick_chunk(size, spec.service)
+        self._split_take(node, start, chunk_size, sub, size)
+        self.busy[spec.action_id] = (node, sub, size)
+        for g in range(sub, sub + size):
+            self.gpu_owner[(node, g)] = spec.action_id
+        load = 0.0
+        if spec.service is not None:
+            load = self._ensure_cached(spec.service, node, sub, size, now)
+            if load > 0:
+                self.loading_until[spec.service] = max(
+                    self.loading_until.get(spec.service, 0.0), now + load
+                )
+        return Allocation(
+            action_id=spec.action_id,
+            node=node,
+            units=dict(units),
+            gpu_ids=tuple(range(sub, sub + size)),
+            dop=size,
+            load_seconds=load,
+        )
+
+    def release(self, action_id: str, now: float) -> None:
+        chunk = self.busy.pop(action_id, None)
+        if chunk is None:
+            return
+        node, start, size = chunk
+        for g in range(start, start + size):
+            self.gpu_owner.pop((node, g), None)
+        self._free_coalesce(node, start, size)
+
+    def service_loading(self, service: str, now: float) -> bool:
+        return self.loading_until.get(service, -1.0) > now
+
+    def holdings(self) -> dict[str, dict[str, object]]:
+        out: dict[str, dict[str, object]] = {}
+        for node in self.node_names:
+            free = sorted(
+                (start, CHUNK_SIZES[lv])
+                for lv, chunks in enumerate(self.free_chunks)
+                for n, start in chunks
+                if n == node
+            )
+            out[node] = {
+                "gpus": self.gpus_per_node,
+                "free_chunks": free,
+                "busy": {a: c[1:] for a, c in self.busy.items() if c[0] == node},
+                "cached": sorted(
+                    f"{s}@{start}+{size}" for s, n, start, size in self.cache_last_used if n == node
+                ),
+                "memory_used_mb": [self.memory_used[(node, g)] for g in range(self.gpus_per_node)],
+            }
+        return out
+
+
+class _GpuAccommodation(Accommodation):
+    def __init__(self, topology: GpuTopology, now: float) -> None:
+        self.topology = topology
+        self.now = now
+        self.start = topology.free_counts()
+        self.counts: tuple[int, int, int, int] | None = self.start
+        self.closed = False
+        self._warm: set[tuple[str, int]] | None = None
+
+    def restore_seconds(self, spec: ActionSpec, units: int) -> float:
+        """0 when a free chunk already caches ``spec.service`` at this DoP, else its restore."""
+        if spec.service is None:
+            return 0.0
+        if self._warm is None:
+            owner = self.topology.gpu_owner
+            self._warm = {
+                (service, size)
+                for service, node, start, size in self.topology.cache_last_used
+                if all((node, g) not in owner for g in range(start, start + size))
+            }
+        if (spec.service, units) in self._warm:
+            return 0.0
+        service = self.topology.services[spec.service]
+        return service.load_seconds(units) * self.topology.load_multiplier
+
+    def add(self, spec: ActionSpec, units: Mapping[str, int]) -> Placement | Blocked:
+        after = None if self.counts is None or self.closed else chunk_take(self.counts, units[GPU])
+        if after is None:
+            self.closed = True
+            loading = spec.service is not None and self.topology.service_loading(
+                spec.service, self.now
+            )
+            return Blocked(WaitReason.SERVICE_LOADING if loading else WaitReason.NO_GPUS, None)
+        self.counts = after
+        return Placement(group="pool")
+
+    def dp_operator(
+        self, group: Hashable, resource: str, fixed: Sequence[tuple[ActionSpec, Mapping[str, int]]]
+    ) -> GpuChunkDPOperator:
+        if resource != GPU:
+            raise ValueError(f"GPU topology scales only {GPU!r}, not {resource!r}")
+        counts: tuple[int, int, int, int] | None = self.start
+        for _, units in fixed:
+            assert counts is not None
+            counts = chunk_take(counts, units[GPU])
+        if counts is None:
+            counts = (0, 0, 0, 0)
+        return GpuChunkDPOperator(counts, self.topology.total_gpus)
+
+    def all_groups_closed(self) -> bool:
+        return self.closed

@@ -1,0 +1,483 @@
+"""The per-pool scheduler service (issue 6; arl-tangram §3 "action scheduler").
+
+One asyncio task reads the pool's event stream in batches (submissions, agent results, node
+registrations and heartbeats, cancellations) and, per batch: feeds the shared ``ElasticScheduler``,
+runs one scheduling pass, persists the batch's state changes in one store transaction, publishes
+the dispatches, then acknowledges the batch. Persisting *before* dispatching and acknowledging
+*after* persisting is what makes a ``kill -9`` at any point safe: on restart the service rebuilds
+from the store (queued → waiting, scheduled → running again on the same units, re-dispatched
+with the same attempt number) and re-reads its unacknowledged events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from workers.algorithms.tangram import (
+    Assignment,
+    BasicLimit,
+    BasicTopology,
+    CpuNodeSpec,
+    CpuTopology,
+    ElasticScheduler,
+    Topology,
+)
+from workers.scheduler.records import ActionRecord, FinishUpdate, RequeueUpdate, ScheduledUpdate
+from workers.scheduler.specs import action_spec, allocation_json, dispatch_for, spec_id
+from workers.scheduler.store import ActionStore
+from workers.transport import (
+    SCHEDULER_GROUP,
+    ActionResult,
+    ActionsCancelled,
+    ActionsSubmitted,
+    Cancel,
+    Delivery,
+    Dispatch,
+    Heartbeat,
+    NodeRegister,
+    StreamNames,
+    Transport,
+)
+
+log = logging.getLogger("loom.scheduler")
+
+POLICY_FIELDS = ("algorithm", "depth", "min_dop", "max_dop", "fixed_dop")
+RETRYABLE_REASONS = frozenset({"agent_lost"})
+
+
+@dataclass
+class ServiceConfig:
+    pool: str
+    instance: str = "main"
+    max_attempts: int = 3
+    heartbeat_timeout_s: float = 15.0
+    result_grace_s: float = 30.0
+    housekeeping_interval_s: float = 0.5
+    policy_refresh_s: float = 1.0
+    read_count: int = 1024
+    block_ms: int = 100
+
+
+@dataclass
+class _Active:
+    record: ActionRecord
+    attempt: int = 0
+    node: str | None = None
+    deadline: float | None = None
+    cancel_requested: bool = False
+
+
+@dataclass
+class _Batch:
+    finished: list[FinishUpdate] = field(default_factory=list)
+    requeued: list[RequeueUpdate] = field(default_factory=list)
+    cancels: list[tuple[str, Cancel]] = field(default_factory=list)
+
+
+SnapshotPublisher = Callable[[str, dict[str, Any]], None]
+
+
+class SchedulerService:
+    def __init__(
+        self,
+        *,
+        config: ServiceConfig,
+        transport: Transport,
+        store: ActionStore,
+        streams: StreamNames | None = None,
+        publish_snapshot: SnapshotPublisher | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.transport = transport
+        self.store = store
+        self.streams = streams or StreamNames()
+        self.publish_snapshot = publish_snapshot
+        self.clock = clock
+        self.scheduler: ElasticScheduler | None = None
+        self.kind = "cpu"
+        self.active: dict[str, _Active] = {}
+        self.nodes: dict[str, NodeRegister] = {}
+        self.last_seen: dict[str, float] = {}
+        self.policy_version: int | None = None
+        self.dispatched = 0
+        self.completed = 0
+        self.started = asyncio.Event()
+        self._api_round_robin = 0
+        self._orphan_failures: list[FinishUpdate] = []
+        self._offline: list[str] = []
+        self._consumer = f"scheduler:{config.instance}"
+        self._events = self.streams.events(config.pool)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Rebuild, then serve until ``stop`` is set."""
+        await self.rebuild()
+        housekeeping = asyncio.create_task(self._housekeeping_loop(stop))
+        try:
+            while not stop.is_set():
+                deliveries = await self.transport.read(
+                    self._events,
+                    SCHEDULER_GROUP,
+                    self._consumer,
+                    count=self.config.read_count,
+                    block_ms=self.config.block_ms,
+                )
+                if deliveries:
+                    await self.handle(deliveries)
+        finally:
+            housekeeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await housekeeping
+
+    async def rebuild(self) -> None:
+        """State from the store plus this group's unacknowledged events (crash recovery)."""
+        pool = self.config.pool
+        await self.transport.ensure_group(self._events, SCHEDULER_GROUP)
+        self.kind = await asyncio.to_thread(self.store.pool_kind, pool)
+        for register in await asyncio.to_thread(self.store.load_nodes, pool):
+            self.nodes[register.node_id] = register
+            self.last_seen[register.node_id] = self.clock()
+        self.scheduler = ElasticScheduler(await self._build_topology())
+        await self._refresh_policy()
+        now = self.clock()
+        redispatch: list[tuple[_Active, Assignment]] = []
+        records = await asyncio.to_thread(self.store.load_active, pool)
+        for record in records:
+            if record.status == "queued":
+                self._submit(record, now)
+            elif record.allocation and record.node in self.nodes:
+                restored = self._restore(record, now)
+                if restored is not None:
+                    redispatch.append(restored)
+            else:
+                # Its node is gone: run it again elsewhere (or fail it) like any lost agent.
+                self.active[spec_id(record.action_id)] = _Active(record, record.attempts)
+        lost = [a for a in self.active.values() if a.node is None and a.record.status != "queued"]
+        batch = _Batch()
+        for active in lost:
+            self._lose(active, batch, now, "node gone while the scheduler was down")
+        await self._publish_dispatches([(a, asg, a.attempt) for a, asg in redispatch])
+        pending = await self.transport.reclaim(
+            self._events, SCHEDULER_GROUP, self._consumer, min_idle_ms=0, count=100_000
+        )
+        await self.handle(pending, batch)
+        self.started.set()
+        log.info(
+            "pool %s rebuilt: %d waiting, %d running, %d nodes",
+            pool,
+            self.scheduler.waiting_count,
+            self.scheduler.running_count,
+            len(self.nodes),
+        )
+
+    # --- one batch of events -------------------------------------------------------------------
+
+    async def handle(self, deliveries: Sequence[Delivery], batch: _Batch | None = None) -> None:
+        batch = batch or _Batch()
+        now = self.clock()
+        submitted: list[int] = []
+        heartbeats: list[str] = []
+        for delivery in deliveries:
+            message = delivery.message
+            if isinstance(message, ActionsSubmitted):
+                submitted.extend(message.action_ids)
+            elif isinstance(message, ActionResult):
+                self._on_result(message, batch, now)
+            elif isinstance(message, ActionsCancelled):
+                self._on_cancelled(message.action_ids, batch, now)
+            elif isinstance(message, Heartbeat):
+                self.last_seen[message.node_id] = now
+                heartbeats.append(message.node_id)
+            elif isinstance(message, NodeRegister):
+                await self._on_register(message, now)
+        if submitted:
+            unknown = [i for i in submitted if spec_id(i) not in self.active]
+            records = await asyncio.to_thread(self.store.load_queued, unknown) if unknown else []
+            for record in records:
+                self._submit(record, now)
+        if heartbeats:
+            await asyncio.to_thread(self.store.record_heartbeats, sorted(set(heartbeats)), now)
+        await self._schedule_and_persist(batch, now)
+        if deliveries:
+            await self.transport.ack(
+                self._events, SCHEDULER_GROUP, [d.entry_id for d in deliveries]
+            )
+
+    async def _schedule_and_persist(self, batch: _Batch, now: float) -> None:
+        assert self.scheduler is not None
+        assignments = self.scheduler.schedule(now)
+        started: list[tuple[_Active, Assignment, int]] = []
+        scheduled: list[ScheduledUpdate] = []
+        for assignment in assignments:
+            active = self.active[assignment.action_id]
+            attempt = active.record.attempts + 1
+            node = self._node_for(assignment)
+            active.attempt, active.node = attempt, node
+            active.deadline = now + active.record.timeout_s + self.config.result_grace_s
+            allocation = allocation_json(assignment) | {"node": node}
+            scheduled.append(
+                ScheduledUpdate(active.record.action_id, attempt, node, allocation, now)
+            )
+            started.append((active, assignment, attempt))
+        if scheduled or batch.finished or batch.requeued:
+            await asyncio.to_thread(
+                self.store.apply,
+                scheduled=scheduled,
+                finished=batch.finished,
+                requeued=batch.requeued,
+            )
+        await self._publish_dispatches(started)
+        for node, cancel in batch.cancels:
+            await self.transport.publish(self.streams.dispatch(node), cancel)
+
+    async def _publish_dispatches(self, started: Sequence[tuple[_Active, Assignment, int]]) -> None:
+        by_node: dict[str, list[Dispatch]] = defaultdict(list)
+        for active, assignment, attempt in started:
+            node = active.node or assignment.node
+            by_node[node].append(
+                dispatch_for(active.record, attempt=attempt, cores=tuple(assignment.core_ids))
+            )
+        for node, dispatches in by_node.items():
+            await self.transport.publish_many(self.streams.dispatch(node), dispatches)
+            self.dispatched += len(dispatches)
+
+    # --- event handlers ------------------------------------------------------------------------
+
+    def _submit(self, record: ActionRecord, now: float) -> None:
+        assert self.scheduler is not None
+        key = spec_id(record.action_id)
+        try:
+            self.scheduler.submit(action_spec(record), now)
+        except ValueError as exc:
+            # A demand this pool can never meet: end it now with the reason, never leave it queued.
+            self.active[key] = _Active(record)
+            self._orphan_failures.append(
+                FinishUpdate(record.action_id, record.attempts, "failed", now, reason=str(exc))
+            )
+            return
+        self.active[key] = _Active(record)
+
+    def _restore(self, record: ActionRecord, now: float) -> tuple[_Active, Assignment] | None:
+        assert self.scheduler is not None and record.allocation is not None
+        allocation = record.allocation
+        assignment = self.scheduler.restore(
+            action_spec(record),
+            node=str(allocation.get("node", record.node)),
+            units={k: int(v) for k, v in (allocation.get("units") or {}).items()},
+            core_ids=tuple(int(c) for c in allocation.get("cores") or ()),
+            submitted_at=record.submitted_at,
+            now=now,
+        )
+        active = _Active(
+            record,
+            attempt=record.attempts,
+            node=record.node,
+            deadline=now + record.timeout_s + self.config.result_grace_s,
+        )
+        self.active[spec_id(record.action_id)] = active
+        return active, assignment
+
+    def _on_result(self, result: ActionResult, batch: _Batch, now: float) -> None:
+        assert self.scheduler is not None
+        active = self.active.get(result.action_id)
+        if active is None or active.attempt != result.attempt:
+            return  # a stale attempt, or an action that already ended: nothing to do
+        if result.status == "failed" and result.reason in RETRYABLE_REASONS:
+            self._lose(active, batch, now, f"{result.reason} on {result.node_id}")
+            return
+        self.scheduler.complete(result.action_id, now)
+        del self.active[result.action_id]
+        self.completed += 1
+        batch.finished.append(
+            FinishUpdate(
+                action_id=active.record.action_id,
+                attempt=result.attempt,
+                status=result.status,
+                started_at=result.started_at or None,
+                finished_at=result.finished_at or now,
+                exit_code=result.exit_code,
+                output=result.output,
+                reason=result.reason or "",
+            )
+        )
+
+    def _on_cancelled(self, action_ids: Sequence[int], batch: _Batch, now: float) -> None:
+        """The API already marked them cancelled; stop what runs, forget what waits."""
+        assert self.scheduler is not None
+        for action_id in action_ids:
+            key = spec_id(action_id)
+            active = self.active.get(key)
+            if active is None:
+                continue
+            if active.node is None:
+                self.scheduler.cancel(key, now)
+                del self.active[key]
+            elif not active.cancel_requested:
+                active.cancel_requested = True
+                batch.cancels.append((active.node, Cancel(action_id=key, attempt=active.attempt)))
+
+    async def _on_register(self, register: NodeRegister, now: float) -> None:
+        await asyncio.to_thread(self.store.upsert_node, register)
+        self.last_seen[register.node_id] = now
+        known = register.node_id in self.nodes
+        self.nodes[register.node_id] = register
+        if self.kind == "cpu" and self.scheduler is not None:
+            topology = self.scheduler.topology
+            assert isinstance(topology, CpuTopology)
+            if known:
+                topology.set_node_available(register.node_id, True)
+            else:
+                topology.add_node(_cpu_node_spec(register))
+
+    def _lose(self, active: _Active, batch: _Batch, now: float, why: str) -> None:
+        """An attempt's agent is gone: retry elsewhere while attempts remain, else fail it."""
+        assert self.scheduler is not None
+        key = spec_id(active.record.action_id)
+        self.scheduler.cancel(key, now)
+        attempts = max(active.attempt, active.record.attempts)
+        if attempts < self.config.max_attempts:
+            record = _with_attempts(active.record, attempts)
+            batch.requeued.append(RequeueUpdate(record.action_id, reason=why))
+            del self.active[key]
+            self._submit(record, now)
+        else:
+            del self.active[key]
+            reason = f"agent_lost: {why} (after {attempts} attempts)"
+            batch.finished.append(
+                FinishUpdate(active.record.action_id, attempts, "failed", now, reason=reason)
+            )
+            log.warning("action %s failed: %s", key, reason)
+
+    # --- housekeeping: lost nodes, overdue results, policy, snapshots ----------------------------
+
+    async def _housekeeping_loop(self, stop: asyncio.Event) -> None:
+        last_policy = 0.0
+        while not stop.is_set():
+            await asyncio.sleep(self.config.housekeeping_interval_s)
+            now = self.clock()
+            batch = _Batch()
+            batch.finished.extend(self._drain_orphans())
+            self._check_nodes(batch, now)
+            if self._offline:
+                offline, self._offline = self._offline, []
+                await asyncio.to_thread(self.store.mark_nodes_offline, offline)
+            self._check_deadlines(batch, now)
+            if now - last_policy >= self.config.policy_refresh_s:
+                last_policy = now
+                await self._refresh_policy()
+            await self._schedule_and_persist(batch, now)
+            if self.publish_snapshot is not None:
+                self.publish_snapshot(self.config.pool, self.snapshot(now))
+
+    def _check_nodes(self, batch: _Batch, now: float) -> None:
+        timeout = self.config.heartbeat_timeout_s
+        lost = [n for n, seen in self.last_seen.items() if now - seen > timeout]
+        for node in lost:
+            del self.last_seen[node]
+            log.warning("node %s missed heartbeats for %.0f s: lost", node, timeout)
+            if self.kind == "cpu" and self.scheduler is not None:
+                topology = self.scheduler.topology
+                assert isinstance(topology, CpuTopology)
+                topology.set_node_available(node, False)
+            for active in [a for a in self.active.values() if a.node == node]:
+                self._lose(active, batch, now, f"node {node} stopped heartbeating")
+        if lost:
+            self._offline.extend(lost)
+
+    def _check_deadlines(self, batch: _Batch, now: float) -> None:
+        """A live agent that never answers still cannot keep an action forever."""
+        assert self.scheduler is not None
+        for key, active in list(self.active.items()):
+            if active.deadline is None or now <= active.deadline or active.node is None:
+                continue
+            self.scheduler.complete(key, now)
+            del self.active[key]
+            batch.cancels.append((active.node, Cancel(action_id=key, attempt=active.attempt)))
+            batch.finished.append(
+                FinishUpdate(
+                    active.record.action_id,
+                    active.attempt,
+                    "timed_out",
+                    now,
+                    reason=f"timeout: no result from {active.node} within the timeout plus "
+                    f"{self.config.result_grace_s:.0f} s",
+                )
+            )
+
+    async def _refresh_policy(self) -> None:
+        assert self.scheduler is not None
+        loaded = await asyncio.to_thread(self.store.load_policy, self.config.pool)
+        if loaded is None or loaded[0] == self.policy_version:
+            return
+        version, settings = loaded
+        changes = {k: settings[k] for k in POLICY_FIELDS if k in settings}
+        try:
+            self.scheduler.set_policy(**changes)
+        except ValueError as exc:
+            log.error("policy v%s of pool %s rejected: %s", version, self.config.pool, exc)
+        self.policy_version = version
+        log.info("pool %s now runs policy v%s: %s", self.config.pool, version, changes)
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """Compact state for the dashboard (published a few times per second at most)."""
+        assert self.scheduler is not None
+        return {
+            "pool": self.config.pool,
+            "at": now,
+            "waiting": self.scheduler.waiting_count,
+            "running": self.scheduler.running_count,
+            "head_wait_reason": self.scheduler.head_wait_reason(),
+            "dispatched": self.dispatched,
+            "completed": self.completed,
+            "policy_version": self.policy_version,
+            "nodes": self.scheduler.holdings(),
+        }
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _drain_orphans(self) -> list[FinishUpdate]:
+        drained, self._orphan_failures = self._orphan_failures, []
+        for update in drained:
+            self.active.pop(spec_id(update.action_id), None)
+        return drained
+
+    def _node_for(self, assignment: Assignment) -> str:
+        if self.kind != "api":
+            return assignment.node
+        live = sorted(n for n in self.nodes if n in self.last_seen)
+        if not live:
+            return assignment.node
+        self._api_round_robin = (self._api_round_robin + 1) % len(live)
+        return live[self._api_round_robin]
+
+    async def _build_topology(self) -> Topology:
+        if self.kind == "api":
+            limits = await asyncio.to_thread(self.store.api_limits, self.config.pool)
+            return BasicTopology(
+                {
+                    name: BasicLimit(concurrency=c, quota=q, period=p)
+                    for name, (c, q, p) in limits.items()
+                }
+            )
+        if self.kind == "cpu":
+            return CpuTopology([_cpu_node_spec(r) for r in self.nodes.values()])
+        raise LookupError(f"pool kind {self.kind!r} has no scheduler service yet")
+
+
+def _cpu_node_spec(register: NodeRegister) -> CpuNodeSpec:
+    numa = register.numa or {0: register.cores}
+    groups = tuple(tuple(cores) for _, cores in sorted(numa.items()))
+    return CpuNodeSpec(name=register.node_id, numa_cores=groups, memory_mb=register.memory_mb)
+
+
+def _with_attempts(record: ActionRecord, attempts: int) -> ActionRecord:
+    return replace(record, attempts=attempts, status="queued", node=None, allocation=None)

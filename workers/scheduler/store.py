@@ -1,0 +1,55 @@
+"""What the scheduler service needs from the system of record (PostgreSQL in production).
+
+Methods are synchronous; the service calls them off the event loop (``asyncio.to_thread``), one
+call per scheduling batch, so the database is never on the per-action path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from workers.scheduler.records import ActionRecord, FinishUpdate, RequeueUpdate, ScheduledUpdate
+from workers.transport import NodeRegister
+
+
+class ActionStore(Protocol):
+    def pool_kind(self, pool: str) -> str:
+        """``cpu``, ``gpu`` or ``api``; raises LookupError for an unknown pool."""
+        ...
+
+    def api_limits(self, pool: str) -> dict[str, tuple[int, int | None, float | None]]:
+        """``api:<name>`` → (concurrency, quota per period or None, period seconds or None)."""
+        ...
+
+    def load_active(self, pool: str) -> list[ActionRecord]:
+        """Every queued, scheduled or running action of the pool, oldest submission first."""
+        ...
+
+    def load_queued(self, action_ids: Sequence[int]) -> list[ActionRecord]:
+        """The given actions that are still queued (others were cancelled meanwhile)."""
+        ...
+
+    def load_nodes(self, pool: str) -> list[NodeRegister]:
+        """The pool's registered, not-offline nodes, as their agents last described them."""
+        ...
+
+    def load_policy(self, pool: str) -> tuple[int, dict[str, Any]] | None:
+        """(version, settings) of the pool's action-scheduler policy, or None."""
+        ...
+
+    def apply(
+        self,
+        *,
+        scheduled: Sequence[ScheduledUpdate] = (),
+        finished: Sequence[FinishUpdate] = (),
+        requeued: Sequence[RequeueUpdate] = (),
+    ) -> list[int]:
+        """Persist one batch in one transaction; returns the ids whose finish was applied."""
+        ...
+
+    def upsert_node(self, register: NodeRegister) -> None: ...
+
+    def record_heartbeats(self, node_ids: Sequence[str], at: float) -> None: ...
+
+    def mark_nodes_offline(self, node_ids: Sequence[str]) -> None: ...

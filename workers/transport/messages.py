@@ -1,0 +1,447 @@
+"""Versioned wire messages between the scheduler and the node agents.
+
+Every message is a frozen dataclass with ``to_dict()``/``from_dict()``; the dict carries
+``"v"`` (schema version) and ``"type"`` so one stream can hold several kinds of message
+(a node's dispatch stream holds Dispatch, Cancel and TrajectoryEnd; a pool's event stream holds
+ActionResult, NodeRegister and Heartbeat). ``decode_message`` is the single entry point for
+reading. Unknown versions, unknown types or missing fields raise ``MessageError``: a reader never
+guesses a default for a field it did not receive.
+
+Resource semantics follow arl-tangram §5.2 (allocate-on-execution): a Dispatch names the exact
+cores (NUMA-aware choice made by the scheduler) and the memory reserved for the trajectory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypeAlias
+
+SCHEMA_VERSION = 1
+
+# ``noop`` does nothing and succeeds at once, on any agent: it measures the control plane's own
+# overhead (submit → result minus execution) without a process spawn or an HTTP call.
+ActionKind = Literal["cpu", "api", "noop"]
+ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled"]
+
+# Why an action ended the way it did (ActionResult.reason). ``None`` on a clean success.
+REASON_EXIT_CODE_NONZERO = "exit_code_nonzero"
+REASON_TIMEOUT = "timeout"
+REASON_OUTPUT_TRUNCATED = "output_truncated"
+REASON_AGENT_LOST = "agent_lost"
+REASON_OOM = "oom"
+REASON_INFRA_ERROR = "infra_error"
+REASON_CANCELLED = "cancelled"
+REASON_RATE_LIMITED = "rate_limited"
+REASON_HTTP_ERROR = "http_error"
+REASONS = frozenset(
+    {
+        REASON_EXIT_CODE_NONZERO,
+        REASON_TIMEOUT,
+        REASON_OUTPUT_TRUNCATED,
+        REASON_AGENT_LOST,
+        REASON_OOM,
+        REASON_INFRA_ERROR,
+        REASON_CANCELLED,
+        REASON_RATE_LIMITED,
+        REASON_HTTP_ERROR,
+    }
+)
+
+DEFAULT_OUTPUT_CAP_BYTES = 64 * 1024
+
+
+class MessageError(ValueError):
+    """A message that cannot be decoded: wrong version, unknown type, missing/invalid field."""
+
+
+def _require(data: dict[str, Any], name: str) -> Any:
+    if name not in data:
+        raise MessageError(f"field {name!r} is missing")
+    return data[name]
+
+
+def _check_header(data: dict[str, Any], expected_type: str) -> None:
+    version = data.get("v")
+    if version != SCHEMA_VERSION:
+        raise MessageError(f"unsupported schema version {version!r} (expected {SCHEMA_VERSION})")
+    if data.get("type") != expected_type:
+        raise MessageError(f"expected type {expected_type!r}, got {data.get('type')!r}")
+
+
+@dataclass(frozen=True)
+class ApiRequestSpec:
+    """The HTTP call an ``api`` action makes (arl-tangram §5.1: quota-limited external APIs)."""
+
+    method: str
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    json_body: Any = None
+    timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "method", self.method.upper())
+        if not self.url.startswith(("http://", "https://")):
+            raise MessageError(f"api url must be http(s), got {self.url!r}")
+        if self.timeout_s <= 0:
+            raise MessageError(f"api timeout_s must be > 0, got {self.timeout_s}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "url": self.url,
+            "headers": dict(self.headers),
+            "json": self.json_body,
+            "timeout_s": self.timeout_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ApiRequestSpec:
+        return cls(
+            method=str(_require(data, "method")),
+            url=str(_require(data, "url")),
+            headers={str(k): str(v) for k, v in (data.get("headers") or {}).items()},
+            json_body=data.get("json"),
+            timeout_s=float(data.get("timeout_s", 30.0)),
+        )
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """An allocation: run this action now on these cores (scheduler → agent).
+
+    ``command`` may contain ``{dop}``, replaced by ``len(cores)`` at execution (elastic tools,
+    arl-tangram §5.2 ``pytest -n ${parallel_num}``). ``memory_mb`` is the memory reserved for the
+    trajectory (docker: the container's limit; local: the action's cgroup limit); 0 = no limit.
+    ``retry_on_redelivery``: if this entry is delivered again after its agent died (reclaimed),
+    re-run it (idempotent tool) instead of reporting ``agent_lost``.
+    ``end_trajectory``: the trajectory has no further actions; drop its sandbox afterwards.
+    """
+
+    TYPE: ClassVar[str] = "dispatch"
+
+    action_id: str
+    attempt: int
+    job_id: str
+    kind: ActionKind
+    trajectory_id: str | None = None
+    command: str | None = None
+    cores: tuple[int, ...] = ()
+    memory_mb: int = 0
+    timeout_s: float = 60.0
+    output_cap_bytes: int = DEFAULT_OUTPUT_CAP_BYTES
+    env: dict[str, str] = field(default_factory=dict)
+    api: ApiRequestSpec | None = None
+    retry_on_redelivery: bool = False
+    end_trajectory: bool = False
+    dispatched_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("cpu", "api", "noop"):
+            raise MessageError(f"kind must be 'cpu', 'api' or 'noop', got {self.kind!r}")
+        if self.kind == "cpu" and not self.command:
+            raise MessageError("a cpu dispatch needs a command")
+        if self.kind == "api" and self.api is None:
+            raise MessageError("an api dispatch needs an api request spec")
+        if self.timeout_s <= 0:
+            raise MessageError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.output_cap_bytes < 0 or self.memory_mb < 0 or self.attempt < 1:
+            raise MessageError("output_cap_bytes and memory_mb must be >= 0, attempt >= 1")
+
+    @property
+    def key(self) -> str:
+        """``action_id:attempt`` — unique per execution attempt."""
+        return f"{self.action_id}:{self.attempt}"
+
+    @property
+    def dop(self) -> int:
+        """Degree of parallelism granted: the number of allocated cores (at least 1)."""
+        return max(1, len(self.cores))
+
+    def rendered_command(self) -> str:
+        """The command with ``{dop}`` filled in (only that placeholder; other braces untouched)."""
+        if self.command is None:
+            raise MessageError("dispatch has no command")
+        return self.command.replace("{dop}", str(self.dop))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "v": SCHEMA_VERSION,
+            "type": self.TYPE,
+            "action_id": self.action_id,
+            "attempt": self.attempt,
+            "job_id": self.job_id,
+            "kind": self.kind,
+            "trajectory_id": self.trajectory_id,
+            "command": self.command,
+            "cores": list(self.cores),
+            "memory_mb": self.memory_mb,
+            "timeout_s": self.timeout_s,
+            "output_cap_bytes": self.output_cap_bytes,
+            "env": dict(self.env),
+            "api": self.api.to_dict() if self.api else None,
+            "retry_on_redelivery": self.retry_on_redelivery,
+            "end_trajectory": self.end_trajectory,
+            "dispatched_at": self.dispatched_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Dispatch:
+        _check_header(data, cls.TYPE)
+        api = data.get("api")
+        try:
+            return cls(
+                action_id=str(_require(data, "action_id")),
+                attempt=int(_require(data, "attempt")),
+                job_id=str(_require(data, "job_id")),
+                kind=_require(data, "kind"),
+                trajectory_id=data.get("trajectory_id"),
+                command=data.get("command"),
+                cores=tuple(int(c) for c in data.get("cores") or ()),
+                memory_mb=int(data.get("memory_mb", 0)),
+                timeout_s=float(_require(data, "timeout_s")),
+                output_cap_bytes=int(data.get("output_cap_bytes", DEFAULT_OUTPUT_CAP_BYTES)),
+                env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
+                api=ApiRequestSpec.from_dict(api) if api else None,
+                retry_on_redelivery=bool(data.get("retry_on_redelivery", False)),
+                end_trajectory=bool(data.get("end_trajectory", False)),
+                dispatched_at=float(data.get("dispatched_at", 0.0)),
+            )
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, MessageError):
+                raise
+            raise MessageError(f"invalid dispatch: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Stop an action (scheduler → agent). ``attempt=None`` cancels whichever attempt runs."""
+
+    TYPE: ClassVar[str] = "cancel"
+
+    action_id: str
+    attempt: int | None = None
+    reason: str = REASON_CANCELLED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "v": SCHEMA_VERSION,
+            "type": self.TYPE,
+            "action_id": self.action_id,
+            "attempt": self.attempt,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Cancel:
+        _check_header(data, cls.TYPE)
+        attempt = data.get("attempt")
+        return cls(
+            action_id=str(_require(data, "action_id")),
+            attempt=None if attempt is None else int(attempt),
+            reason=str(data.get("reason", REASON_CANCELLED)),
+        )
+
+
+@dataclass(frozen=True)
+class TrajectoryEnd:
+    """The trajectory is over (scheduler → agent): remove its working dir / container."""
+
+    TYPE: ClassVar[str] = "trajectory_end"
+
+    trajectory_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"v": SCHEMA_VERSION, "type": self.TYPE, "trajectory_id": self.trajectory_id}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrajectoryEnd:
+        _check_header(data, cls.TYPE)
+        return cls(trajectory_id=str(_require(data, "trajectory_id")))
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """How one attempt of an action ended (agent → scheduler, on the pool's event stream).
+
+    ``output`` is stdout+stderr (cpu) or the response body (api), decoded as UTF-8 with
+    replacement, at most ``output_cap_bytes`` of the dispatch; ``output_truncated`` says more was
+    produced. Times are wall-clock UNIX seconds taken on the agent.
+    """
+
+    TYPE: ClassVar[str] = "action_result"
+
+    action_id: str
+    attempt: int
+    node_id: str
+    status: ResultStatus
+    exit_code: int | None = None
+    output: str = ""
+    output_truncated: bool = False
+    reason: str | None = None
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    http_status: int | None = None
+    cores: tuple[int, ...] = ()
+    trajectory_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in ("succeeded", "failed", "timed_out", "cancelled"):
+            raise MessageError(f"invalid status {self.status!r}")
+        if self.reason is not None and self.reason not in REASONS:
+            raise MessageError(f"invalid reason {self.reason!r}")
+
+    @property
+    def key(self) -> str:
+        return f"{self.action_id}:{self.attempt}"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["cores"] = list(self.cores)
+        return {"v": SCHEMA_VERSION, "type": self.TYPE, **data}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ActionResult:
+        _check_header(data, cls.TYPE)
+        exit_code = data.get("exit_code")
+        http_status = data.get("http_status")
+        return cls(
+            action_id=str(_require(data, "action_id")),
+            attempt=int(_require(data, "attempt")),
+            node_id=str(_require(data, "node_id")),
+            status=_require(data, "status"),
+            exit_code=None if exit_code is None else int(exit_code),
+            output=str(data.get("output", "")),
+            output_truncated=bool(data.get("output_truncated", False)),
+            reason=data.get("reason"),
+            started_at=float(data.get("started_at", 0.0)),
+            finished_at=float(data.get("finished_at", 0.0)),
+            http_status=None if http_status is None else int(http_status),
+            cores=tuple(int(c) for c in data.get("cores") or ()),
+            trajectory_id=data.get("trajectory_id"),
+        )
+
+
+@dataclass(frozen=True)
+class NodeRegister:
+    """A node announces its capacity (agent → scheduler), on start and after reconnecting.
+
+    ``numa`` maps NUMA node id → its cores (arl-tangram §5.2: prefer cores of one NUMA node).
+    ``concurrency`` is the api agent's in-flight limit (0 for cpu agents).
+    """
+
+    TYPE: ClassVar[str] = "node_register"
+
+    node_id: str
+    pool: str
+    agent_id: str
+    kind: ActionKind
+    backend: str
+    cores: tuple[int, ...] = ()
+    numa: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    memory_mb: int = 0
+    concurrency: int = 0
+    dispatch_stream: str = ""
+    started_at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "v": SCHEMA_VERSION,
+            "type": self.TYPE,
+            "node_id": self.node_id,
+            "pool": self.pool,
+            "agent_id": self.agent_id,
+            "kind": self.kind,
+            "backend": self.backend,
+            "cores": list(self.cores),
+            "numa": {str(k): list(v) for k, v in self.numa.items()},
+            "memory_mb": self.memory_mb,
+            "concurrency": self.concurrency,
+            "dispatch_stream": self.dispatch_stream,
+            "started_at": self.started_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeRegister:
+        _check_header(data, cls.TYPE)
+        return cls(
+            node_id=str(_require(data, "node_id")),
+            pool=str(_require(data, "pool")),
+            agent_id=str(_require(data, "agent_id")),
+            kind=_require(data, "kind"),
+            backend=str(_require(data, "backend")),
+            cores=tuple(int(c) for c in data.get("cores") or ()),
+            numa={int(k): tuple(int(c) for c in v) for k, v in (data.get("numa") or {}).items()},
+            memory_mb=int(data.get("memory_mb", 0)),
+            concurrency=int(data.get("concurrency", 0)),
+            dispatch_stream=str(data.get("dispatch_stream", "")),
+            started_at=float(data.get("started_at", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Liveness plus what the agent is running now (``action_id:attempt`` keys)."""
+
+    TYPE: ClassVar[str] = "heartbeat"
+
+    node_id: str
+    pool: str
+    agent_id: str
+    sent_at: float
+    running: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "v": SCHEMA_VERSION,
+            "type": self.TYPE,
+            "node_id": self.node_id,
+            "pool": self.pool,
+            "agent_id": self.agent_id,
+            "sent_at": self.sent_at,
+            "running": list(self.running),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Heartbeat:
+        _check_header(data, cls.TYPE)
+        return cls(
+            node_id=str(_require(data, "node_id")),
+            pool=str(_require(data, "pool")),
+            agent_id=str(_require(data, "agent_id")),
+            sent_at=float(_require(data, "sent_at")),
+            running=tuple(str(k) for k in data.get("running") or ()),
+        )
+
+
+Message: TypeAlias = Dispatch | Cancel | TrajectoryEnd | ActionResult | NodeRegister | Heartbeat
+
+_BY_TYPE: dict[str, Any] = {
+    cls.TYPE: cls
+    for cls in (Dispatch, Cancel, TrajectoryEnd, ActionResult, NodeRegister, Heartbeat)
+}
+
+
+def decode_message(data: dict[str, Any]) -> Message:
+    """Build the message a dict describes; raises MessageError if it cannot."""
+    if not isinstance(data, dict):
+        raise MessageError(f"a message is a JSON object, got {type(data).__name__}")
+    cls = _BY_TYPE.get(str(data.get("type")))
+    if cls is None:
+        raise MessageError(f"unknown message type {data.get('type')!r}")
+    message: Message = cls.from_dict(data)
+    return message
+
+
+def encode_json(message: Message) -> str:
+    """Compact JSON of a message (the wire form of one stream entry's ``m`` field)."""
+    return json.dumps(message.to_dict(), separators=(",", ":"))
+
+
+def decode_json(raw: str | bytes) -> Message:
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MessageError(f"not JSON: {exc}") from exc
+    return decode_message(data)
