@@ -17,12 +17,20 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from bench.report import BenchReport, Target, plot_path
+from workers.algorithms.heddle.latency_model import MPLatencyModel
 from workers.algorithms.heddle.priority import PriorityPolicy
-from workers.sim.llm.experiments import compare_systems, prepare_workload, prediction_quality, summarise
+from workers.sim.llm.experiments import (
+    compare_systems,
+    prediction_quality,
+    prepare_workload,
+    summarise,
+)
 from workers.sim.llm.rollout import Placement, Scenario, SystemConfig
 
 NAME = "heddle_scheduling"
-QUEUE_FLOOR_S = 1e-3  # a zero queueing delay is reported as one millisecond in the ratio
+# Queueing below one decode step (τ at batch 1) is below the model's resolution; a PPS queueing
+# of zero is counted as one step so the ratio stays finite.
+QUEUE_FLOOR_S = MPLatencyModel().tau(1)
 
 
 def policies() -> list[SystemConfig]:
@@ -56,10 +64,20 @@ def run(quick: bool = False) -> BenchReport:
     params = (
         {"prompts": 16, "gpus": 4, "max_batch_per_gpu": 24, "profiles": ["coding"]}
         if quick
-        else {"prompts": 48, "gpus": 8, "max_batch_per_gpu": 32, "profiles": ["coding", "search", "math"]}
+        else {
+            "prompts": 48,
+            "gpus": 8,
+            "max_batch_per_gpu": 32,
+            "profiles": ["coding", "search", "math"],
+        }
     )
-    series = run_core(**params)
-    report = BenchReport(NAME, quick, params={**params, "group_size": 16}, series=series)
+    series = run_core(**params)  # type: ignore[arg-type]
+    report = BenchReport(
+        NAME,
+        quick,
+        params={**params, "group_size": 16, "queue_floor_s": QUEUE_FLOOR_S},
+        series=series,
+    )
     sched = series["scheduling"]
     rr_queue = sched["round_robin"]["longest_trajectory_queueing_s"]
     pps_queue = sched["pps"]["longest_trajectory_queueing_s"]
@@ -93,8 +111,12 @@ def _plot(series: dict) -> None:
     quality = series["prediction"][series["profile"]]
     labels = ["prompt_only", "heddle_1", "heddle_2"]
     x = range(len(labels))
-    axes[2].bar([i - 0.2 for i in x], [quality[k]["recall_top"] for k in labels], 0.4, label="recall@top10%")
-    axes[2].bar([i + 0.2 for i in x], [quality[k]["pearson_r"] for k in labels], 0.4, label="Pearson r")
+    axes[2].bar(
+        [i - 0.2 for i in x], [quality[k]["recall_top"] for k in labels], 0.4, label="recall@top10%"
+    )
+    axes[2].bar(
+        [i + 0.2 for i in x], [quality[k]["pearson_r"] for k in labels], 0.4, label="Pearson r"
+    )
     axes[2].set_xticks(list(x), labels)
     axes[2].set_title("length prediction")
     axes[2].legend(fontsize=8)

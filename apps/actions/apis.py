@@ -5,14 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.actions import selectors, services
-from apps.actions.models import Action, ActionStatus
+from apps.actions.models import TERMINAL_STATUSES, Action, ActionStatus
 from apps.actions.notify import get_notifier
 from apps.actions.serializers import ActionItemSerializer, check_trajectories
 from apps.actions.services import ActionSpec
@@ -205,9 +210,20 @@ class ActionBatchApi(APIView):
     class OutputSerializer(serializers.Serializer):
         count = serializers.IntegerField()
         created = serializers.IntegerField(help_text="new actions (the rest were idempotent hits)")
-        actions = serializers.ListField(
-            child=serializers.DictField(),
-            help_text="per item, in order: {id, status, idempotency_key, created}",
+        items = serializers.ListField(
+            child=inline_serializer(
+                name="ActionBatchItem",
+                fields={
+                    "id": serializers.IntegerField(),
+                    "job": serializers.IntegerField(),
+                    "status": serializers.ChoiceField(choices=ActionStatus.choices),
+                    "idempotency_key": serializers.CharField(allow_null=True),
+                    "created": serializers.BooleanField(
+                        help_text="false: the idempotency key's existing action"
+                    ),
+                },
+            ),
+            help_text="one entry per submitted item, in order",
         )
 
     @extend_schema(request=InputSerializer, responses={201: OutputSerializer})
@@ -228,9 +244,10 @@ class ActionBatchApi(APIView):
         body = {
             "count": len(submitted),
             "created": sum(1 for entry in submitted if entry.created),
-            "actions": [
+            "items": [
                 {
                     "id": entry.action.pk,
+                    "job": job.pk,
                     "status": entry.action.status,
                     "idempotency_key": entry.action.idempotency_key,
                     "created": entry.created,
@@ -301,6 +318,54 @@ class ActionResultApi(APIView):
                     action.refresh_from_db()
         code = status.HTTP_200_OK if action.is_terminal else status.HTTP_202_ACCEPTED
         return Response(ActionResultSerializer(action).data, status=code)
+
+
+class ActionAwaitApi(APIView):
+    """POST: long-poll for any of ``ids`` to end; returns those that have ended (maybe none)."""
+
+    MAX_IDS = 10_000
+
+    class InputSerializer(serializers.Serializer):
+        ids = serializers.ListField(
+            child=serializers.IntegerField(min_value=1, max_value=INT64_MAX),
+            allow_empty=False,
+            max_length=10_000,
+        )
+        wait = FiniteFloatField(required=False, default=0.0, min_value=0.0, max_value=60.0)
+
+    class OutputSerializer(serializers.Serializer):
+        ended = ActionResultSerializer(many=True)
+        pending = serializers.ListField(child=serializers.IntegerField())
+
+    @extend_schema(request=InputSerializer, responses=OutputSerializer)
+    def post(self, request: Request) -> Response:
+        principal = principal_of(request)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        ids: list[int] = list(dict.fromkeys(serializer.validated_data["ids"]))
+        wait: float = serializer.validated_data["wait"]
+        visible = selectors.action_queryset(principal=principal).filter(pk__in=ids)
+        found = set(visible.values_list("pk", flat=True))
+        missing = [index for index, pk in enumerate(ids) if pk not in found]
+        if missing:
+            raise ApiError(
+                field=f"ids[{missing[0]}]",
+                reason=f"no action {ids[missing[0]]} visible to this key",
+                status_code=status.HTTP_404_NOT_FOUND,
+            )
+        ended = list(visible.filter(status__in=TERMINAL_STATUSES))
+        if not ended and wait > 0:
+            with get_notifier().subscribe(*ids) as subscription:
+                ended = list(visible.filter(status__in=TERMINAL_STATUSES))
+                if not ended:
+                    subscription.wait(wait)
+                    ended = list(visible.filter(status__in=TERMINAL_STATUSES))
+        ended_ids = {action.pk for action in ended}
+        body = {
+            "ended": ActionResultSerializer(ended, many=True).data,
+            "pending": [pk for pk in ids if pk not in ended_ids],
+        }
+        return Response(body)
 
 
 @extend_schema_view(get=extend_schema(exclude=True))

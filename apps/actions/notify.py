@@ -31,7 +31,9 @@ class Subscription(Protocol):
 
 
 class Notifier(Protocol):
-    def subscribe(self, action_id: int) -> contextlib.AbstractContextManager[Subscription]: ...
+    def subscribe(self, *action_ids: int) -> contextlib.AbstractContextManager[Subscription]:
+        """Wake the subscription when any of ``action_ids`` ends."""
+        ...
 
     def publish(self, action_ids: Iterable[int]) -> None: ...
 
@@ -52,23 +54,25 @@ class InProcessNotifier:
         self._waiters: dict[int, set[_EventSubscription]] = defaultdict(set)
 
     @contextlib.contextmanager
-    def subscribe(self, action_id: int) -> Iterator[Subscription]:
+    def subscribe(self, *action_ids: int) -> Iterator[Subscription]:
         subscription = _EventSubscription()
         with self._lock:
-            self._waiters[action_id].add(subscription)
+            for action_id in action_ids:
+                self._waiters[action_id].add(subscription)
         try:
             yield subscription
         finally:
             with self._lock:
-                waiters = self._waiters.get(action_id)
-                if waiters is not None:
-                    waiters.discard(subscription)
-                    if not waiters:
-                        del self._waiters[action_id]
+                for action_id in action_ids:
+                    waiters = self._waiters.get(action_id)
+                    if waiters is not None:
+                        waiters.discard(subscription)
+                        if not waiters:
+                            del self._waiters[action_id]
 
     def publish(self, action_ids: Iterable[int]) -> None:
         with self._lock:
-            subscriptions = [sub for pk in action_ids for sub in self._waiters.get(pk, ())]
+            subscriptions = {sub for pk in action_ids for sub in self._waiters.get(pk, ())}
         for subscription in subscriptions:
             subscription.event.set()
 
@@ -100,10 +104,10 @@ class RedisNotifier:
         self.client = redis.Redis.from_url(url)
 
     @contextlib.contextmanager
-    def subscribe(self, action_id: int) -> Iterator[Subscription]:
+    def subscribe(self, *action_ids: int) -> Iterator[Subscription]:
         pubsub = self.client.pubsub()
         try:
-            pubsub.subscribe(f"{CHANNEL_PREFIX}{action_id}")
+            pubsub.subscribe(*(f"{CHANNEL_PREFIX}{action_id}" for action_id in action_ids))
             yield _RedisSubscription(pubsub)
         finally:
             pubsub.close()

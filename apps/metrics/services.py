@@ -27,7 +27,7 @@ from apps.resources.models import PoolKind, ResourcePool
 
 DEFAULT_BUCKET_S = 10
 # ACT percentiles of one bucket read at most this many of its most recent completions.
-BUCKET_SAMPLE_LIMIT = 20_000
+BUCKET_SAMPLE_LIMIT = 10_000
 
 
 @dataclass(frozen=True)

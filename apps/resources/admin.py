@@ -39,8 +39,8 @@ class ServiceAdmin(admin.ModelAdmin):
 
 @admin.register(Tool)
 class ToolAdmin(admin.ModelAdmin):
-    list_display = ["name", "pool", "timeout_s", "updated_at"]
-    list_filter = ["pool"]
+    list_display = ["name", "pool", "timeout_s", "idempotent", "updated_at"]
+    list_filter = ["pool", "idempotent"]
     search_fields = ["name", "command_template", "description"]
     readonly_fields = ["created_at", "updated_at"]
 

@@ -228,6 +228,7 @@ class ToolSerializer(serializers.ModelSerializer):
             "resource_template",
             "elasticity",
             "timeout_s",
+            "idempotent",
             "description",
             "created_at",
             "updated_at",

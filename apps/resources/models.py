@@ -110,6 +110,9 @@ class Tool(models.Model):
     )
     elasticity = models.JSONField(null=True, blank=True, help_text="default elasticity profile")
     timeout_s = models.FloatField(default=600.0)
+    idempotent = models.BooleanField(
+        default=False, help_text="safe to run again after a lost agent (retried automatically)"
+    )
     description = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -49,15 +49,15 @@ from workers.algorithms.darts import (
 @dataclass(frozen=True)
 class LabConfig:
     seed: int = 0
-    width: int = 96
+    width: int = 80
     layers: int = 2
     heads: int = 4
     train_prompts: int = 320
     heldout_prompts: int = 128
-    warmup_steps: int = 450
-    warmup_skill_fraction: float = 2 / 3
+    warmup_skill_max_steps: int = 1500
+    warmup_style_steps: int = 200
     warmup_batch: int = 64
-    warmup_learning_rate: float = 5e-3
+    warmup_learning_rate: float = 3e-3
     rl_steps: int = 150
     prompts_per_step: int = 16
     group_size: int = 8
@@ -269,6 +269,7 @@ class LabResult:
     config: LabConfig
     parameters: int
     warmup_losses: list[float]
+    warmup_skill_steps: int
     warmup_seconds: float
     initial_metrics: dict[str, float]
     initial_lengths: dict[str, list[int]]
@@ -280,6 +281,7 @@ class LabResult:
             "parameters": self.parameters,
             "warmup_final_loss": self.warmup_losses[-1] if self.warmup_losses else None,
             "warmup_seconds": self.warmup_seconds,
+            "warmup_skill_steps": self.warmup_skill_steps,
             "initial_metrics": self.initial_metrics,
             "initial_lengths": self.initial_lengths,
             "arms": {
@@ -302,14 +304,14 @@ def run_lab(config: LabConfig, arms: tuple[str, ...] = ("standard", "darts")) ->
     heldout = make_prompts(config.heldout_prompts, rng, exclude={p.key for p in train})
     model = _new_model(config)
     started = time.perf_counter()
-    losses = supervised_warmup(
+    losses, skill_steps = supervised_warmup(
         model,
         train,
-        steps=config.warmup_steps,
+        skill_max_steps=config.warmup_skill_max_steps,
+        style_steps=config.warmup_style_steps,
         batch_size=config.warmup_batch,
         learning_rate=config.warmup_learning_rate,
         rng=rng,
-        skill_fraction=config.warmup_skill_fraction,
     )
     warmup_seconds = time.perf_counter() - started
     model.eval()
@@ -322,6 +324,7 @@ def run_lab(config: LabConfig, arms: tuple[str, ...] = ("standard", "darts")) ->
         config=config,
         parameters=model.parameter_count(),
         warmup_losses=losses,
+        warmup_skill_steps=skill_steps,
         warmup_seconds=warmup_seconds,
         initial_metrics=initial_metrics,
         initial_lengths=initial_lengths,

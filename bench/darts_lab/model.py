@@ -67,7 +67,11 @@ class TinyCausalLM(nn.Module):
 
     @staticmethod
     def _init(module: nn.Module) -> None:
-        if isinstance(module, nn.Linear | nn.Embedding):
+        if isinstance(module, nn.Embedding):
+            # Unit-scale embeddings: positions are distinguishable from the first step, which
+            # shortens the plateau before attention locks onto the operand positions.
+            nn.init.normal_(module.weight, std=1.0)
+        elif isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)

@@ -86,20 +86,20 @@ def skill_demonstration(prompt: Prompt) -> list[int]:
 def demonstration(prompt: Prompt, rng: np.random.Generator) -> list[int]:
     """A supervised response in the style of a verbose base model (the SFT warm-up's data).
 
-    Easy: 40% concise, 60% rambling 2–18 tokens first, and a rambling answer is wrong 20% of the
-    time. Hard: 50% chain of thought, 50% a guess (after 0–14).
+    Easy: 30% concise, 70% rambling 2–20 tokens first, and a rambling answer is wrong 20% of the
+    time. Hard: 50% chain of thought, 50% a guess (after 0–20 rambling tokens).
     """
     ramble: list[int]
     if not prompt.hard:
-        if rng.random() < 0.4:
+        if rng.random() < 0.3:
             return [ANSWER, DIGIT0 + prompt.answer, EOS]
-        ramble = [RAMBLE] * int(rng.integers(2, 19))
+        ramble = [RAMBLE] * int(rng.integers(2, 21))
         answer = prompt.answer if rng.random() >= 0.2 else int(rng.integers(0, BASE))
         return [*ramble, ANSWER, DIGIT0 + answer, EOS]
     if rng.random() < 0.5:
         thought = [DIGIT0 + s for s in prompt.running_sums()]
         return [*thought, ANSWER, DIGIT0 + prompt.answer, EOS]
-    ramble = [RAMBLE] * int(rng.integers(0, 15))
+    ramble = [RAMBLE] * int(rng.integers(0, 21))
     return [*ramble, ANSWER, DIGIT0 + int(rng.integers(0, BASE)), EOS]
 
 

@@ -51,25 +51,35 @@ def supervised_warmup(
     model: TinyCausalLM,
     train_prompts: Sequence[Prompt],
     *,
-    steps: int,
+    skill_max_steps: int,
+    style_steps: int,
     batch_size: int,
     learning_rate: float,
     rng: np.random.Generator,
-    skill_fraction: float = 0.6,
-) -> list[float]:
+    skill_accuracy: float = 0.98,
+) -> tuple[list[float], int]:
     """Two-phase supervised warm-up: the skill first, then the verbose style.
 
-    The first ``skill_fraction`` of the steps teach the clean responses (mod-5 addition, concise
-    or with running sums); the rest fit the verbose demonstration mix (rambling, guessing), so GRPO
-    starts from a policy that can answer but has the long, noisy length distribution of §3.2.
+    Phase 1 teaches the clean responses (XOR, concise or with running sums) until the batch's
+    teacher-forced token accuracy reaches ``skill_accuracy`` (small transformers learn this after
+    a plateau of unpredictable length) or ``skill_max_steps``. Phase 2 fits the verbose
+    demonstration mix (rambling, guessing) for ``style_steps``, so GRPO starts from a policy that
+    can answer but has the long, noisy length distribution of darts §3.2.
+    Returns the losses and the number of skill steps taken.
     """
-    skill_steps = int(round(steps * skill_fraction))
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     losses: list[float] = []
-    for step in range(steps):
+    skill_steps = 0
+    in_skill_phase = True
+    step = 0
+    while True:
+        if in_skill_phase and skill_steps >= skill_max_steps:
+            in_skill_phase = False
+        if not in_skill_phase and step >= skill_steps + style_steps:
+            break
         picks = rng.integers(0, len(train_prompts), batch_size)
         prompts = [train_prompts[i] for i in picks]
-        if step < skill_steps:
+        if in_skill_phase:
             responses = [skill_demonstration(p) for p in prompts]
         else:
             responses = [demonstration(p, rng) for p in prompts]
@@ -81,7 +91,13 @@ def supervised_warmup(
         loss.backward()
         optimizer.step()
         losses.append(float(loss.detach()))
-    return losses
+        step += 1
+        if in_skill_phase:
+            skill_steps += 1
+            hits = (logits.detach().argmax(dim=-1) == targets).float()
+            if float((hits * mask).sum() / mask.sum()) >= skill_accuracy:
+                in_skill_phase = False
+    return losses, skill_steps
 
 
 def group_advantages(rewards: Sequence[float]) -> np.ndarray:

@@ -6,7 +6,6 @@ from typing import Any
 
 from django.db.models import QuerySet
 from rest_framework import generics, serializers
-from rest_framework.request import Request
 
 from controlplane.api.pagination import IdCursorPagination
 
@@ -32,7 +31,3 @@ class CursorListView(generics.ListAPIView):
 
     def get_queryset(self) -> QuerySet[Any]:
         raise NotImplementedError
-
-
-def query_flag(request: Request, name: str) -> bool:
-    return request.query_params.get(name, "").lower() in ("1", "true", "yes")

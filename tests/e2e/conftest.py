@@ -109,8 +109,10 @@ def asgi_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Module-scoped: pytest-django runs non-database tests after these, and Playwright's event
+    loop on the main thread must be gone by then (pytest-asyncio needs that thread free)."""
     executable = _chromium_or_skip()
     from playwright.sync_api import sync_playwright
 

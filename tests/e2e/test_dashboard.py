@@ -43,7 +43,7 @@ def _submit(live: str, key: str, count: int) -> list[int]:
         timeout=30,
     )
     assert response.status_code == 201, response.text
-    return [entry["id"] for entry in response.json()["actions"]]
+    return [entry["id"] for entry in response.json()["items"]]
 
 
 def _run_to_completion(action_ids: list[int], node_id: int) -> None:

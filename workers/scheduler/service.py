@@ -72,6 +72,7 @@ class _Active:
     node: str | None = None
     deadline: float | None = None
     cancel_requested: bool = False
+    seen_running: bool = False
 
 
 @dataclass
@@ -186,6 +187,7 @@ class SchedulerService:
         now = self.clock()
         submitted: list[int] = []
         heartbeats: list[str] = []
+        executing: list[int] = []
         for delivery in deliveries:
             message = delivery.message
             if isinstance(message, ActionsSubmitted):
@@ -197,15 +199,22 @@ class SchedulerService:
             elif isinstance(message, Heartbeat):
                 self.last_seen[message.node_id] = now
                 heartbeats.append(message.node_id)
+                executing.extend(self._newly_running(message.running))
             elif isinstance(message, NodeRegister):
                 await self._on_register(message, now)
         if submitted:
             unknown = [i for i in submitted if spec_id(i) not in self.active]
-            records = await asyncio.to_thread(self.store.load_queued, unknown) if unknown else []
+            records = (
+                await asyncio.to_thread(self.store.load_queued, self.config.pool, unknown)
+                if unknown
+                else []
+            )
             for record in records:
                 self._submit(record, now)
         if heartbeats:
             await asyncio.to_thread(self.store.record_heartbeats, sorted(set(heartbeats)), now)
+        if executing:
+            await asyncio.to_thread(self.store.mark_running, executing, now)
         await self._schedule_and_persist(batch, now)
         if deliveries:
             await self.transport.ack(
@@ -443,6 +452,17 @@ class SchedulerService:
         }
 
     # --- helpers ---------------------------------------------------------------------------------
+
+    def _newly_running(self, keys: Sequence[str]) -> list[int]:
+        """Heartbeats list ``action:attempt`` keys; the first sighting marks an action running."""
+        found: list[int] = []
+        for key in keys:
+            action_key, _, attempt = key.partition(":")
+            active = self.active.get(action_key)
+            if active is not None and not active.seen_running and str(active.attempt) == attempt:
+                active.seen_running = True
+                found.append(active.record.action_id)
+        return found
 
     def _drain_orphans(self) -> list[FinishUpdate]:
         drained, self._orphan_failures = self._orphan_failures, []

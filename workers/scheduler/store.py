@@ -26,8 +26,8 @@ class ActionStore(Protocol):
         """Every queued, scheduled or running action of the pool, oldest submission first."""
         ...
 
-    def load_queued(self, action_ids: Sequence[int]) -> list[ActionRecord]:
-        """The given actions that are still queued (others were cancelled meanwhile)."""
+    def load_queued(self, pool: str, action_ids: Sequence[int]) -> list[ActionRecord]:
+        """Those of the given actions that belong to the pool and are still queued."""
         ...
 
     def load_nodes(self, pool: str) -> list[NodeRegister]:
@@ -46,6 +46,10 @@ class ActionStore(Protocol):
         requeued: Sequence[RequeueUpdate] = (),
     ) -> list[int]:
         """Persist one batch in one transaction; returns the ids whose finish was applied."""
+        ...
+
+    def mark_running(self, action_ids: Sequence[int], at: float) -> None:
+        """scheduled → running for what an agent's heartbeat reports it is executing."""
         ...
 
     def upsert_node(self, register: NodeRegister) -> None: ...

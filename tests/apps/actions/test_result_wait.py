@@ -116,3 +116,44 @@ def test_in_process_notifier_only_wakes_its_action():
         notifier.publish([2])
         assert second.wait(0) and not first.wait(0)
     assert notifier.waiter_count() == 0
+
+
+@pytest.mark.django_db
+def test_await_many_returns_what_has_ended(job_actor):
+    queued, cancelled = (
+        ActionFactory.create(job=job_actor.job),
+        ActionFactory.create(job=job_actor.job),
+    )
+    services.action_cancel(action_id=cancelled.pk)
+    response = job_actor.client.post(
+        "/api/v1/actions/await/", {"ids": [queued.pk, cancelled.pk], "wait": 5}, format="json"
+    )
+    assert response.status_code == 200
+    body = response.json()
+    assert [a["id"] for a in body["ended"]] == [cancelled.pk]
+    assert body["pending"] == [queued.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_await_many_wakes_on_the_first_end(job_actor):
+    first, second = ActionFactory.create(job=job_actor.job), ActionFactory.create(job=job_actor.job)
+    thread = _finish_soon(second.pk, delay=0.3)
+    started = time.monotonic()
+    response = job_actor.client.post(
+        "/api/v1/actions/await/", {"ids": [first.pk, second.pk], "wait": 20}, format="json"
+    )
+    thread.join()
+    assert time.monotonic() - started < 10
+    assert [a["id"] for a in response.json()["ended"]] == [second.pk]
+
+
+@pytest.mark.django_db
+def test_await_many_validates(job_actor, other_actor):
+    foreign = ActionFactory.create(job=other_actor.job)
+    own = ActionFactory.create(job=job_actor.job)
+    url = "/api/v1/actions/await/"
+    response = job_actor.client.post(url, {"ids": [own.pk, foreign.pk]}, format="json")
+    assert response.status_code == 404 and "ids[1]" in error_fields(response)
+    for payload, field in (({"ids": []}, "ids"), ({"ids": [own.pk], "wait": 99}, "wait")):
+        bad = job_actor.client.post(url, payload, format="json")
+        assert bad.status_code == 400 and field in error_fields(bad)

@@ -180,7 +180,7 @@ def test_batch_of_1000_is_one_bulk_insert(job_actor):
     assert response.status_code == 201, response.json()
     body = response.json()
     assert body["count"] == 1000 and body["created"] == 1000
-    ids = [entry["id"] for entry in body["actions"]]
+    ids = [entry["id"] for entry in body["items"]]
     assert len(set(ids)) == 1000
     assert Action.objects.filter(job=job_actor.job, status=ActionStatus.QUEUED).count() == 1000
     inserts = [q for q in queries.captured_queries if q["sql"].startswith("INSERT")]
@@ -211,11 +211,11 @@ def test_batch_idempotency_within_and_across_batches(job_actor):
     ]
     first = submit(job_actor, {"items": items}, url=url).json()
     assert first["created"] == 3
-    assert first["actions"][0]["id"] == first["actions"][2]["id"]
-    assert first["actions"][2]["created"] is False
+    assert first["items"][0]["id"] == first["items"][2]["id"]
+    assert first["items"][2]["created"] is False
     second = submit(job_actor, {"items": items[:2]}, url=url).json()
     assert second["created"] == 0
-    assert [a["id"] for a in second["actions"]] == [a["id"] for a in first["actions"][:2]]
+    assert [a["id"] for a in second["items"]] == [a["id"] for a in first["items"][:2]]
     assert Action.objects.count() == 3
 
 

@@ -137,3 +137,36 @@ def test_two_concurrent_starts_exactly_one_wins(postgres_only):
         assert sorted(outcomes) == [False, True]
         action.refresh_from_db()
         assert action.attempts == 1 and action.status == ActionStatus.RUNNING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_submits_with_one_idempotency_key_make_one_action(postgres_only):
+    """Two trainers' retries race with the same key: the unique constraint and one retry
+    make both get the same action, and only one row exists."""
+    from apps.actions.demand import parse_demand
+    from tests.factories import JobFactory
+
+    job = JobFactory.create()
+    spec = services.ActionSpec(demand=parse_demand({"cpu": 1}), idempotency_key="retry-me")
+    barrier = threading.Barrier(2)
+    results: list[services.Submitted] = []
+    lock = threading.Lock()
+
+    def submit() -> None:
+        try:
+            barrier.wait()
+            submitted = services.action_submit(job=job, spec=spec)
+            with lock:
+                results.append(submitted)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=submit) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 2
+    assert results[0].action.pk == results[1].action.pk
+    assert sorted(entry.created for entry in results) == [False, True]
+    assert Action.objects.filter(job=job).count() == 1

@@ -1,11 +1,13 @@
 """Property-based API test: generated requests never get a 500, responses match the schema.
 
 Runs in-process against the WSGI app (schemathesis 4 ``from_wsgi``) as a staff key, with a few
-examples per operation so the whole run stays well under a minute.
+examples per operation so the whole run stays well under a minute; LOOM_FUZZ_EXAMPLES=200 for a
+longer hunt.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -77,7 +79,7 @@ schema = schemathesis.openapi.from_wsgi("/api/v1/schema/?format=json", applicati
 
 @schema.parametrize()
 @settings(
-    max_examples=5,
+    max_examples=int(os.environ.get("LOOM_FUZZ_EXAMPLES", "5")),
     deadline=None,
     derandomize=True,
     suppress_health_check=list(HealthCheck),

@@ -53,3 +53,18 @@ def test_beat_task_and_prune(cpu_pool: Any) -> None:
     old.save()
     assert rollup_prune(older_than=timezone.now() - timedelta(days=14)) == 1
     assert not PoolRollup.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_embedded_rollup_thread_writes_buckets(cpu_pool: Any) -> None:
+    import time
+
+    from apps.metrics.embedded import RollupThread
+
+    thread = RollupThread(bucket_s=1)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while thread.written < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    thread.stop()
+    assert thread.written >= 1 and PoolRollup.objects.filter(pool=cpu_pool).exists()

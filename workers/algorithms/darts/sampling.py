@@ -64,22 +64,33 @@ def select_training_groups(
         raise ValueError(f"need 0 <= longest <= group_size, got {longest} and {group_size}")
     shortest = group_size - longest
 
+    rows, slots = lengths.shape
+    take = min(group_size, slots)
+    # One stable sort per row by (valid < truncated < absent, length); ties keep slot order.
+    finite = np.where(present, lengths, 0.0)
+    span = float(np.abs(finite).max(initial=0.0)) * 2.0 + 1.0
     category = np.where(present, np.where(truncated, _TRUNCATED, _VALID), _ABSENT)
-    short_order = np.lexsort((lengths, category), axis=-1)
-    short_rank = np.empty_like(short_order)
-    np.put_along_axis(short_rank, short_order, np.arange(lengths.shape[1])[None, :], axis=-1)
+    short_order = np.argsort(category * span + finite, axis=-1, kind="stable")
 
     short_quota = np.where(pruned, group_size, shortest)[:, None]
-    kept = present & (short_rank < short_quota)
+    head = short_order[:, :take]
+    chosen_head = (np.arange(take)[None, :] < short_quota) & np.take_along_axis(
+        present, head, axis=-1
+    )
+    kept = np.zeros((rows, slots), dtype=bool)
+    np.put_along_axis(kept, head, chosen_head, axis=-1)
 
-    long_candidate = present & ~truncated & ~kept & ~pruned[:, None]
-    long_order = np.lexsort((-lengths, ~long_candidate), axis=-1)
-    long_rank = np.empty_like(long_order)
-    np.put_along_axis(long_rank, long_order, np.arange(lengths.shape[1])[None, :], axis=-1)
-    kept |= long_candidate & (long_rank < longest)
+    if longest > 0:
+        long_candidate = present & ~truncated & ~kept & ~pruned[:, None]
+        long_key = np.where(long_candidate, -finite, np.inf)
+        long_head = np.argsort(long_key, axis=-1, kind="stable")[:, : min(longest, slots)]
+        chosen_long = np.take_along_axis(long_candidate, long_head, axis=-1)
+        long_kept = np.zeros_like(kept)
+        np.put_along_axis(long_kept, long_head, chosen_long, axis=-1)
+        kept |= long_kept
 
     # Too few valid long samples: top up with the next-shortest remaining ones (truncated).
-    missing = group_size - kept.sum(axis=1)
+    missing = np.minimum(group_size, present.sum(axis=1)) - kept.sum(axis=1)
     if np.any(missing > 0):
         spare = present & ~kept
         spare_in_order = np.take_along_axis(spare, short_order, axis=-1)

@@ -69,24 +69,31 @@ def plan_migrations(
     ``group_workers[k]`` is the worker holding DP group ``k``.
 
     Two guards of ours, both aimed at noisy predictions: ``hysteresis`` — a trajectory moves only
-    when its rank leaves its current group's scaled range by more than that fraction of the
-    group's size (otherwise trajectories near a boundary ping-pong, each move a KV transfer the
-    next tool call may not hide); and capacity — a move is skipped when the target already holds
-    its scaled share ``ceil(s_k · A / N)`` of active trajectories (movers are taken longest
-    first), so the long-trajectory workers cannot fill up and lose the DP's interference bound.
+    when its rank leaves its current group's scaled range by more than ``hysteresis · (size + 4)``
+    ranks (otherwise trajectories near a boundary ping-pong, each move a KV transfer the next tool
+    call may not hide); and capacity — a move is skipped when the target already holds its scaled
+    share ``ceil(s_k · A / N)`` of trajectories that *belong* there (by the same hysteresis; those
+    that no longer do are on their way out), movers taken longest first, so the long-trajectory
+    workers cannot fill up and lose the DP's interference bound.
     """
     active = list(predicted_lengths)
     lengths = np.asarray([predicted_lengths[t] for t in active], dtype=float)
     order = np.argsort(-lengths, kind="stable")
     rank_of = {active[int(index)]: rank for rank, index in enumerate(order)}
     group_of_worker = {worker: k for k, worker in enumerate(group_workers)}
-    capacity = np.ceil(
-        np.diff(np.concatenate([[0.0], scaled_capacities(group_sizes, len(active))]))
-    )
+    bounds = np.concatenate([[0.0], scaled_capacities(group_sizes, len(active))])
+    capacity = np.ceil(np.diff(bounds))
+
+    def belongs(rank: int, group: int) -> bool:
+        margin = hysteresis * (bounds[group + 1] - bounds[group] + 4.0)
+        return bool(bounds[group] - margin <= rank + 0.5 < bounds[group + 1] + margin)
+
     occupancy: dict[int, int] = {}
     for trajectory in active:
-        occupancy[current_workers[trajectory]] = occupancy.get(current_workers[trajectory], 0) + 1
-    bounds = np.concatenate([[0.0], scaled_capacities(group_sizes, len(active))])
+        worker = current_workers[trajectory]
+        group = group_of_worker.get(worker)
+        if group is not None and belongs(rank_of[trajectory], group):
+            occupancy[worker] = occupancy.get(worker, 0) + 1
     requests = []
     for trajectory in sorted(
         (t for t in dict.fromkeys(changed) if t in rank_of), key=lambda t: rank_of[t]
@@ -94,10 +101,8 @@ def plan_migrations(
         rank = rank_of[trajectory]
         source = current_workers[trajectory]
         current_group = group_of_worker.get(source)
-        if current_group is not None:
-            margin = hysteresis * (bounds[current_group + 1] - bounds[current_group]) + 1.0
-            if bounds[current_group] - margin <= rank + 0.5 < bounds[current_group + 1] + margin:
-                continue
+        if current_group is not None and belongs(rank, current_group):
+            continue
         group = migration_target(rank, group_sizes, len(active))
         destination = group_workers[group]
         if destination == source:
@@ -105,7 +110,6 @@ def plan_migrations(
         if occupancy.get(destination, 0) + 1 > capacity[group]:
             continue  # the target already holds its scaled share
         occupancy[destination] = occupancy.get(destination, 0) + 1
-        occupancy[source] = occupancy.get(source, 0) - 1
         requests.append(
             MigrationRequest(trajectory, source, destination, predicted_lengths[trajectory])
         )

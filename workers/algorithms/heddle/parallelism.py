@@ -49,11 +49,13 @@ def worker_cost(
     batch_limit: int | None = None,
     group_limit: int | None = None,
     group_model: GroupModel = "fluid",
+    prefill_tokens_per_trajectory: float = 0.0,
 ) -> WorkerCost:
     """The DP's view of one MP-``mp`` worker: α from the PTL curve (``relative_to(1)``), τ(m).
 
     The paper model charges queueing through α (``alpha_curve``'s ``batch_limit``); the fluid
-    model charges it itself, so it gets the plain interference curve."""
+    model charges it itself, so it gets the plain interference curve. Each member's prefills
+    (``prefill_tokens_per_trajectory``) stall the worker's batch: an additive per-member cost."""
     alpha = model.alpha_curve(trajectories, mp, batch_limit if group_model == "paper" else None)
     return WorkerCost(
         alpha=alpha,
@@ -61,6 +63,7 @@ def worker_cost(
         batch_limit=batch_limit,
         group_limit=group_limit,
         model=group_model,
+        overhead_per_trajectory=model.prefill_seconds(prefill_tokens_per_trajectory, mp),
     )
 
 
@@ -76,6 +79,7 @@ class _Scorer:
         max_items: int,
         group_limit_per_gpu: int | None = None,
         group_model: GroupModel = "fluid",
+        prefill_tokens_per_trajectory: float = 0.0,
     ) -> None:
         self.lengths = lengths
         self.max_items = max_items
@@ -88,6 +92,7 @@ class _Scorer:
                 batch_limit=None if batch_limit_per_gpu is None else batch_limit_per_gpu * m,
                 group_limit=None if group_limit_per_gpu is None else group_limit_per_gpu * m,
                 group_model=group_model,
+                prefill_tokens_per_trajectory=prefill_tokens_per_trajectory,
             )
             for m in degrees
         }
@@ -166,6 +171,7 @@ def plan_parallelism(
     max_items: int = 96,
     tie_weight: float = 0.05,
     group_model: GroupModel = "fluid",
+    prefill_tokens_per_trajectory: float = 0.0,
 ) -> ParallelismPlan:
     """Sort-initialised simulated annealing over MP degrees under ``gpu_budget`` GPUs."""
     if gpu_budget < min(degrees):
@@ -175,7 +181,14 @@ def plan_parallelism(
     if group_limit_per_gpu is not None and group_limit_per_gpu * gpu_budget < len(lengths):
         raise ValueError("the GPU budget's group limits cannot hold every trajectory")
     scorer = _Scorer(
-        lengths, model, degrees, batch_limit_per_gpu, max_items, group_limit_per_gpu, group_model
+        lengths,
+        model,
+        degrees,
+        batch_limit_per_gpu,
+        max_items,
+        group_limit_per_gpu,
+        group_model,
+        prefill_tokens_per_trajectory,
     )
     current = tuple(_random_sorted_allocation(gpu_budget, degrees, rng))
     current_score = scorer.score(current, tie_weight)

@@ -112,28 +112,11 @@ class WorkerCost:
     def cost(
         self, lengths: np.ndarray, prefix: np.ndarray, start: np.ndarray, end: np.ndarray
     ) -> np.ndarray:
-        """Time of the group ``lengths[start:end]`` (sorted descending; vectorised)."""
-        size = end - start
-        lead = lengths[np.minimum(start, len(lengths) - 1)] if len(lengths) else 0.0
-        if self.model == "paper":
-            alpha = self.alpha[np.minimum(size, len(self.alpha) - 1)]
-            value = alpha * lead * self.tau
-        else:
-            lead_time = np.zeros(np.shape(start))
-            for first, last, increment in self._pieces:
-                lo = np.minimum(start + first, end)
-                hi = np.minimum(start + last, end)
-                lead_time = lead_time + increment * (prefix[hi] - prefix[lo])
-            value = lead_time * self.tau
-            if self.batch_limit is not None:
-                limit = min(self.batch_limit, len(self.alpha) - 1)
-                drain = self.alpha[limit] * (prefix[end] - prefix[start]) / limit * self.tau
-                value = np.maximum(value, drain)
-        if self.group_limit is not None:
-            value = np.where(size > self.group_limit, np.inf, value)
-        if len(self.alpha) <= int(np.max(size, initial=0)):
+        """Time of the groups ``lengths[start:end]`` (sorted descending; vectorised)."""
+        start, end = np.asarray(start), np.asarray(end)
+        if len(self.alpha) <= int(np.max(end - start, initial=0)):
             raise ValueError(f"alpha covers {len(self.alpha) - 1} trajectories, need more")
-        return np.where(size > 0, value, 0.0)
+        return self.cost_from(lengths, prefix, start)(end)
 
 
 def _increment_runs(
@@ -181,7 +164,7 @@ class Placement:
         ]
 
 
-def group_makespan(lengths: Sequence[float], worker: WorkerCost) -> float:
+def group_makespan(lengths: Sequence[float] | np.ndarray, worker: WorkerCost) -> float:
     """One group's time under ``worker``'s model (0 for an empty group), any member order."""
     ordered = np.sort(np.asarray(lengths, dtype=float))[::-1]
     prefix = np.concatenate([[0.0], np.cumsum(ordered)])

@@ -243,7 +243,9 @@ class ProgressivePredictor:
         return float(self.predict_many([context])[0])
 
 
-def recall_at_top(predicted: Sequence[float], actual: Sequence[float], fraction: float) -> float:
+def recall_at_top(
+    predicted: Sequence[float] | np.ndarray, actual: Sequence[float] | np.ndarray, fraction: float
+) -> float:
     """Share of the truly longest ``fraction`` that are also in the predicted longest ``fraction``
     (Fig. 13's long-tail recall)."""
     pred = np.asarray(predicted, dtype=float)
@@ -254,7 +256,9 @@ def recall_at_top(predicted: Sequence[float], actual: Sequence[float], fraction:
     return len(top_true & top_pred) / k
 
 
-def pearson_r(predicted: Sequence[float], actual: Sequence[float]) -> float:
+def pearson_r(
+    predicted: Sequence[float] | np.ndarray, actual: Sequence[float] | np.ndarray
+) -> float:
     pred = np.asarray(predicted, dtype=float)
     true = np.asarray(actual, dtype=float)
     if pred.std() == 0 or true.std() == 0:

@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-KNOWN_RESOURCE_PREFIXES = ("cpu", "memory_mb", "gpu", "gpu_memory_mb", "api:")
-
 
 def validate_resource_name(name: str) -> None:
     """Resource names are plain strings; ``api:<name>`` for per-API quota units."""

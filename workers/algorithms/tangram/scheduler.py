@@ -13,6 +13,8 @@ Deviations, each for a stated reason:
   comes; since the kept set is a prefix, the head cannot starve;
 - the estimate reads at most ``estimate_window`` remaining actions (``None`` = the whole queue,
   as in the paper) so that a pass stays O(window · log heap) at 4 096 waiting actions;
+- DPArrange's GetDuration (Alg. 3 line 17, supplied by the topology's operator) adds the
+  restore time when no free GPU chunk caches the service at that DoP (§5.3's EOE cost);
 - a split is keyed by (group, resource): a CPU node is scheduled on its own (§5.2). Non-elastic
   actions join the split of the resource they use (their single option in the DP), so the
   tail eviction can hold them back to widen an elastic action ahead of them.
@@ -333,7 +335,7 @@ class ElasticScheduler:
         leftovers: list[tuple[_Waiting, Hashable | None]] = []
         window = self.estimate_window
         reasons: dict[str, str] = {}
-        queue: Iterator[_Waiting] = iter(list(self._waiting.values()))
+        queue: Iterator[_Waiting] = iter(self._waiting.values())  # not mutated until _start
         for entry in queue:
             units = self._request_units(entry.spec)
             outcome = accommodation.add(entry.spec, units)

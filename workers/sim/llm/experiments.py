@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workers.algorithms.heddle.prediction import (
+    LengthPredictor,
     ProgressivePredictor,
     PromptHistoryPredictor,
     TrajectoryContext,
@@ -33,6 +34,15 @@ class Workload:
     @property
     def history_lengths(self) -> list[int]:
         return [r.total_tokens for r in self.history]
+
+    @property
+    def history_prefill_tokens(self) -> float:
+        """Mean prompt + tool-output tokens per trajectory in the history epoch."""
+        return float(
+            np.mean(
+                [r.prompt_tokens + sum(s.tool_output_tokens for s in r.steps) for r in self.history]
+            )
+        )
 
 
 def prepare_workload(profile: str, *, prompts: int, seed: int = 0) -> Workload:
@@ -98,9 +108,7 @@ def prediction_quality(
         report[f"heddle_{k}"] = {
             "recall_top": recall_at_top(predicted, actual, top_fraction),
             "pearson_r": pearson_r(predicted, actual),
-            "running_recall_top": recall_at_top(
-                predicted[running], actual[running], top_fraction
-            ),
+            "running_recall_top": recall_at_top(predicted[running], actual[running], top_fraction),
             "running_pearson_r": pearson_r(predicted[running], actual[running]),
             "running_prompt_only_recall_top": recall_at_top(
                 baseline[running], actual[running], top_fraction
@@ -112,7 +120,10 @@ def prediction_quality(
 
 
 def compare_systems(
-    workload: Workload, systems: Sequence[SystemConfig], scenario: Scenario
+    workload: Workload,
+    systems: Sequence[SystemConfig],
+    scenario: Scenario,
+    predictor: LengthPredictor | None = None,
 ) -> dict[str, RolloutResult]:
     """Every system on the same evaluation epoch, scenario and predictor (same-run ratios)."""
     return {
@@ -120,8 +131,9 @@ def compare_systems(
             workload.evaluation,
             system,
             scenario,
-            workload.progressive,
+            predictor or workload.progressive,
             workload.history_lengths,
+            workload.history_prefill_tokens,
         )
         for system in systems
     }

@@ -49,7 +49,12 @@ class Placement(enum.StrEnum):
 
 @dataclass(frozen=True)
 class SystemConfig:
-    """One system under test. ``mp_degrees`` is an explicit plan; ``None`` = annealed (§6)."""
+    """One system under test. ``mp_degree``: homogeneous MP; ``None`` = annealed plan (§6).
+
+    ``balance_*_threshold``: the SGLang router's load-balance trigger (``--balance-abs-threshold``
+    64 and ``--balance-rel-threshold`` 1.5 by default); the absolute one is scaled down to 16
+    for the simulator's per-worker loads of tens of requests.
+    """
 
     name: str
     priority: PriorityPolicy = PriorityPolicy.ROUND_ROBIN
@@ -62,7 +67,16 @@ class SystemConfig:
 
 @dataclass(frozen=True)
 class Scenario:
-    """The cluster and the engine knobs shared by all systems in a comparison."""
+    """The cluster and the engine knobs shared by all systems in a comparison.
+
+    Per GPU (a worker of MP ``m`` gets ``m`` times as much): ``max_batch_per_gpu`` running
+    requests (SGLang's running-batch cap; heddle §7.1 runs ~100 trajectories per worker, we keep
+    the cap under the trajectories per worker so requests queue); ``max_trajectories_per_gpu``,
+    the DP's group limit (KV capacity, see ``MPLatencyModel.alpha_curve``);
+    ``cache_tokens_per_gpu`` of prefix cache — 400 K tokens ≈ 50 GB of an 80 GB H100 left after
+    14B bf16 weights at Qwen3-14B's 160 KiB/token, rounded up. ``prediction_interval``: the
+    predictor service's batching delay, 0.1 s, the low end of heddle Table 1's 0.10–0.28 s.
+    """
 
     gpu_budget: int = 16
     max_batch_per_gpu: int = 48
@@ -137,6 +151,7 @@ class RolloutSimulation:
         scenario: Scenario,
         predictor: LengthPredictor,
         history_lengths: Sequence[float] | None = None,
+        prefill_tokens_per_trajectory: float | None = None,
     ) -> None:
         if not records:
             raise ValueError("a rollout needs at least one trajectory")
@@ -145,6 +160,13 @@ class RolloutSimulation:
         self.scenario = scenario
         self.predictor = predictor
         self.history_lengths = history_lengths
+        # the prefill a trajectory causes (prompt + tool outputs), what the DP charges per
+        # member: from history when given, else the prompts alone (known at dispatch)
+        self.prefill_tokens_per_trajectory = (
+            prefill_tokens_per_trajectory
+            if prefill_tokens_per_trajectory is not None
+            else float(np.mean([r.prompt_tokens for r in records]))
+        )
         self.loop = EventLoop()
         self.model = scenario.latency
         self.trajectories = {
@@ -191,6 +213,7 @@ class RolloutSimulation:
                 batch_limit=self.scenario.max_batch_per_gpu * m,
                 group_limit=self.scenario.max_trajectories_per_gpu * m,
                 group_model=self.scenario.group_model,
+                prefill_tokens_per_trajectory=self.prefill_tokens_per_trajectory,
             )
             for m in degrees
         ]
@@ -212,6 +235,7 @@ class RolloutSimulation:
                 batch_limit_per_gpu=self.scenario.max_batch_per_gpu,
                 group_limit_per_gpu=self.scenario.max_trajectories_per_gpu,
                 group_model=self.scenario.group_model,
+                prefill_tokens_per_trajectory=self.prefill_tokens_per_trajectory,
                 seed=self.scenario.seed,
             )
             degrees = plan.degrees
@@ -413,7 +437,11 @@ def run_rollout(
     scenario: Scenario,
     predictor: LengthPredictor,
     history_lengths: Sequence[float] | None = None,
+    prefill_tokens_per_trajectory: float | None = None,
 ) -> RolloutResult:
     """Run one rollout batch; ``history_lengths`` (earlier rollouts' trajectory lengths) feed the
-    annealed MP plan when ``system.mp_degree`` is ``None``."""
-    return RolloutSimulation(records, system, scenario, predictor, history_lengths).run()
+    annealed MP plan when ``system.mp_degree`` is ``None``; ``prefill_tokens_per_trajectory``
+    (from history) is the DP's per-member prefill charge."""
+    return RolloutSimulation(
+        records, system, scenario, predictor, history_lengths, prefill_tokens_per_trajectory
+    ).run()

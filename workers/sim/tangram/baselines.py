@@ -303,20 +303,45 @@ def simulate_naive_api(
     trace: Trace,
     limits: Mapping[str, BasicLimit],
     params: RetryParams | None = None,
-    gpu_runner: Callable[[ActionTemplate], float] | None = None,
+    judge_replicas: int = 5,
+    judge_gpus_per_replica: int = 8,
 ) -> SimResult:
-    """API calls go straight to the rate-limited API; GPU judge calls take ``gpu_runner``'s time
-    (an isolated replica, no queueing modelled) so that trajectories keep their pacing."""
+    """API calls go straight to the rate-limited API. GPU (judge) calls go to
+    ``judge_replicas`` isolated replicas of ``judge_gpus_per_replica`` GPUs each, FCFS (§6.1:
+    "five replicas and degree of TP as 8")."""
     p = params or RetryParams()
     loop = EventLoop()
     walker = _TrajectoryWalker(loop, trace)
     apis = {name: RateLimitedApi(limit) for name, limit in limits.items()}
+    judge_queue: deque[Callable[[], None]] = deque()
+    idle_replicas = [judge_replicas]
+
+    def release_replica() -> None:
+        if judge_queue:
+            judge_queue.popleft()()
+        else:
+            idle_replicas[0] += 1
+
+    def run_judge(index: int, step: int, template: ActionTemplate, record: ActionRecord) -> None:
+        def execute() -> None:
+            record.started = loop.now
+            record.dop = judge_gpus_per_replica
+
+            def done() -> None:
+                walker.finish(index, step, record)
+                release_replica()
+
+            loop.after(template.true_duration(judge_gpus_per_replica), done)
+
+        if idle_replicas[0] > 0:
+            idle_replicas[0] -= 1
+            execute()
+        else:
+            judge_queue.append(execute)
 
     def run_action(index: int, step: int, template: ActionTemplate, record: ActionRecord) -> None:
         if pool_for(template) != "api":
-            record.started = loop.now
-            duration = gpu_runner(template) if gpu_runner else template.true_duration(1)
-            loop.after(duration, lambda: walker.finish(index, step, record))
+            run_judge(index, step, template, record)
             return
         name = next(r for r in template.resources if r.startswith("api:"))
         api = apis[name]

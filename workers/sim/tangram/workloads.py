@@ -110,13 +110,15 @@ def gpu_options(weights_mb: float, gpus_per_node: int = 8) -> list[int]:
 
 @dataclass(frozen=True)
 class MopdParams:
-    """10 teacher services (§6.3 "10 reward services"), three RL tasks whose trajectories finish
-    in bursts; each finished trajectory sends one log-prob request to its task's teachers."""
+    """10 teacher services (§6.3 "10 reward services"). MOPD distils each RL task (domain) from
+    its own teachers: 5 tasks × 2 teachers, their rollouts offset by 25 s so the bursts
+    interleave (§2.3: "trajectories from different RL tasks exhibit diverse and partially
+    interleaved patterns"); each finished trajectory sends one log-prob request."""
 
     services: int = 10
     weights_gb: tuple[float, ...] = (16, 16, 28, 28, 28, 60, 60, 60, 120, 120)
-    tasks: int = 3
-    task_offsets_s: tuple[float, ...] = (0.0, 40.0, 80.0)
+    tasks: int = 5
+    task_offsets_s: tuple[float, ...] = (0.0, 25.0, 50.0, 75.0, 100.0)
     # Bursty (Fig. 3d: invocations vary by orders of magnitude): a task's rollouts finish
     # within tens of seconds of each other, and the tasks' bursts interleave.
     llm_median_s: float = 30.0
@@ -128,7 +130,7 @@ class MopdParams:
     # restore; Table 1 puts MOPD's overhead at about a third of execution).
     load_mb_per_s: float = 25_000.0
     load_overhead_s: float = 0.3
-    teachers_per_task: int = 4
+    teachers_per_task: int = 2
 
 
 def mopd_services(params: MopdParams | None = None) -> dict[str, GpuServiceSpec]:
@@ -150,7 +152,7 @@ def mopd_trace(batch_size: int, seed: int = 0, params: MopdParams | None = None)
     services = mopd_services(p)
     names = sorted(services)
     task_teachers = [
-        [names[(t * 3 + k) % len(names)] for k in range(p.teachers_per_task)]
+        [names[(t * p.teachers_per_task + k) % len(names)] for k in range(p.teachers_per_task)]
         for t in range(p.tasks)
     ]
     trajectories = []

@@ -25,19 +25,40 @@ def test_scaled_capacities_and_targets() -> None:
         migration_target(5, sizes, 5)
 
 
-def test_plan_migrations_promotes_a_trajectory_that_grew() -> None:
-    predicted = {"a": 100.0, "b": 90.0, "c": 80.0, "d": 10.0}
-    workers = {"a": 0, "b": 1, "c": 1, "d": 1}
-    sizes = [1, 3]
-    assert plan_migrations(predicted, workers, sizes, [0, 1], ["b"]) == []
-    predicted["d"] = 500.0  # d is now predicted the longest
-    requests = plan_migrations(predicted, workers, sizes, [0, 1], ["d"])
-    assert requests == [MigrationRequest("d", 1, 0, 500.0)]
-    # a demotion is not migrated by default, but is with promote_only=False
-    predicted["a"] = 1.0
-    assert plan_migrations(predicted, workers, sizes, [0, 1], ["a"]) == []
-    demoted = plan_migrations(predicted, workers, sizes, [0, 1], ["a"], promote_only=False)
-    assert demoted == [MigrationRequest("a", 0, 1, 1.0)]
+def test_plan_migrations_moves_a_trajectory_whose_rank_left_its_group() -> None:
+    predicted = {f"t{i}": 100.0 - i for i in range(10)}
+    workers = {f"t{i}": 0 if i < 2 else 1 for i in range(10)}
+    sizes = [2, 8]
+    assert plan_migrations(predicted, workers, sizes, [0, 1], list(predicted), hysteresis=0) == []
+    predicted["t9"] = 500.0  # t9 is now predicted the longest, t1 drops to rank 2
+    requests = plan_migrations(predicted, workers, sizes, [0, 1], ["t9", "t1"], hysteresis=0)
+    assert MigrationRequest("t9", 1, 0, 500.0) in requests
+    assert MigrationRequest("t1", 0, 1, 99.0) in requests
+    # t1 no longer belongs on worker 0, so t9's promotion is allowed even if t1 has not left yet
+    assert plan_migrations(predicted, workers, sizes, [0, 1], ["t9"], hysteresis=0) == [
+        MigrationRequest("t9", 1, 0, 500.0)
+    ]
+
+
+def test_hysteresis_keeps_boundary_trajectories_in_place() -> None:
+    predicted = {f"t{i}": 100.0 - i for i in range(40)}
+    workers = {f"t{i}": 0 if i < 20 else 1 for i in range(40)}
+    predicted["t20"] = 100.5  # rank 0, but its group (20..40) is only a few ranks away
+    assert plan_migrations(predicted, workers, [20, 20], [0, 1], ["t20"], hysteresis=0) != []
+    assert plan_migrations(predicted, workers, [20, 20], [0, 1], ["t20"], hysteresis=0.25) == []
+    predicted["t39"] = 101.0  # far outside its group: it moves
+    moved = plan_migrations(predicted, workers, [20, 20], [0, 1], ["t39"], hysteresis=0.0)
+    assert moved == [MigrationRequest("t39", 1, 0, 101.0)]
+
+
+def test_capacity_blocks_promotion_into_a_full_group() -> None:
+    predicted = {"a": 100.0, "b": 99.0, "c": 98.0, "d": 10.0}
+    workers = {"a": 0, "b": 0, "c": 1, "d": 1}
+    predicted["d"] = 98.5  # rank 2: it belongs to group 0 only if group 0 had room
+    assert plan_migrations(predicted, workers, [3, 1], [0, 1], ["d"], hysteresis=0) == [
+        MigrationRequest("d", 1, 0, 98.5)
+    ]
+    assert plan_migrations(predicted, workers, [2, 2], [0, 1], ["d"], hysteresis=0) == []
 
 
 def test_transmission_scheduler_longest_first_without_shared_endpoints() -> None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -44,7 +46,7 @@ def test_budget_checks() -> None:
 def test_mp_latency_model_is_sublinear() -> None:
     assert MODEL.speedup(1) == 1.0
     speedups = [MODEL.speedup(m) for m in MP_DEGREES]
-    assert all(b > a for a, b in zip(speedups, speedups[1:], strict=False))
+    assert all(b > a for a, b in itertools.pairwise(speedups))
     assert all(MODEL.speedup(m) < m for m in MP_DEGREES[1:])
     assert MODEL.tau(8) < MODEL.tau(1)
     alpha = MODEL.alpha_curve(300, 2)

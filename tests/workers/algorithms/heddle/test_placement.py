@@ -10,6 +10,7 @@ import pytest
 
 from workers.algorithms.heddle.latency_model import MPLatencyModel
 from workers.algorithms.heddle.placement import (
+    GroupModel,
     WorkerCost,
     aggregate_sorted,
     group_makespan,
@@ -39,9 +40,7 @@ def brute_force_contiguous(lengths: np.ndarray, workers: list[WorkerCost]) -> fl
     best = np.inf
     for cuts in itertools.combinations_with_replacement(range(n + 1), k - 1):
         bounds = [0, *cuts, n]
-        cost = max(
-            group_makespan(ordered[bounds[w] : bounds[w + 1]], workers[w]) for w in range(k)
-        )
+        cost = max(group_makespan(ordered[bounds[w] : bounds[w + 1]], workers[w]) for w in range(k))
         best = min(best, cost)
     return best
 
@@ -75,7 +74,7 @@ def test_heterogeneous_and_fluid_dp_match_brute_force_over_contiguous_partitions
     rng = np.random.default_rng(100 + seed)
     n, k = int(rng.integers(1, 8)), int(rng.integers(1, 4))
     lengths = rng.lognormal(0, 1, n)
-    model = "fluid" if seed % 2 else "paper"
+    model: GroupModel = "fluid" if seed % 2 else "paper"
     workers = [
         WorkerCost(
             random_alpha(rng, n),

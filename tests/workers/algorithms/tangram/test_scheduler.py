@@ -270,3 +270,46 @@ def test_random_sequences_keep_invariants_and_drain(kind: str, algorithm: str, o
     if kind == "cpu":
         assert isinstance(topology, CpuTopology)
         assert all(s.free_cores == s.spec.cores for s in topology.nodes.values())
+
+
+def _teacher(action_id: str, t1: float = 1.0) -> ActionSpec:
+    return ActionSpec(
+        action_id,
+        {"gpu": ResourceDemand.one_of([1, 2, 4, 8])},
+        service="m",
+        tool="m",
+        key_resource="gpu",
+        elasticity=Elasticity.from_points({1: 1.0, 2: 0.9, 4: 0.8, 8: 0.6}, 8),
+        t1=t1,
+    )
+
+
+def test_gpu_dop_choice_counts_the_restore_of_an_uncached_instance() -> None:
+    services = {"m": GpuServiceSpec("m", 20_000, load_mb_per_s=1_000, load_overhead_s=1.0)}
+    topology = GpuTopology(["g0"], services, gpus_per_node=8)
+    scheduler = ElasticScheduler(topology)
+    scheduler.set_policy(max_dop=2)
+    scheduler.submit(_teacher("warmup"), 0.0)
+    (first,) = scheduler.schedule(0.0)
+    assert first.dop == 2 and first.load_seconds > 0  # cold everywhere: widest allowed
+    scheduler.complete("warmup", 30.0)
+    scheduler.set_policy(max_dop=None)
+    scheduler.submit(_teacher("again"), 30.0)
+    (second,) = scheduler.schedule(30.0)
+    # DoP 8 would run 1/(0.6*8) = 0.21 s but restore 3.5 s; the cached DoP-2 instance wins
+    assert second.dop == 2 and second.load_seconds == 0.0
+    assert second.gpu_ids == first.gpu_ids
+
+
+def test_head_waits_for_service_loading() -> None:
+    services = {"m": GpuServiceSpec("m", 20_000, load_mb_per_s=1_000, load_overhead_s=1.0)}
+    topology = GpuTopology(["g0"], services, gpus_per_node=1)
+    scheduler = ElasticScheduler(topology)
+    single = ActionSpec("a", {"gpu": ResourceDemand.exactly(1)}, service="m", tool="m", t1=1.0)
+    scheduler.submit(single, 0.0)
+    scheduler.submit(ActionSpec("b", single.resources, service="m", tool="m", t1=1.0), 0.0)
+    (started,) = scheduler.schedule(0.0)
+    assert started.load_seconds > 0
+    assert scheduler.schedule(0.5) == []  # the next pass sees the restore in progress
+    assert scheduler.head_wait_reason() == "service loading"
+    assert scheduler.schedule(30.0) == [] and scheduler.head_wait_reason() == "no gpu chunk free"

@@ -36,7 +36,9 @@ def test_continuous_batching_shares_per_token_time() -> None:
     worker = make_worker(loop)
     for rid, tokens in [("short", 10), ("long", 30)]:
         worker.submit(
-            GenerationRequest(rid, tokens, on_done=lambda r: done.__setitem__(r.request_id, r.finished_at))
+            GenerationRequest(
+                rid, tokens, on_done=lambda r: done.__setitem__(r.request_id, r.finished_at)
+            )
         )
     loop.run()
     assert done["short"] == pytest.approx(10 * linear_ptl(2))
@@ -47,13 +49,17 @@ def test_batch_cap_queues_and_prefix_cache_skips_prefill() -> None:
     loop = EventLoop()
     results: list[GenerationResult] = []
     worker = make_worker(loop, max_batch=1)
-    worker.submit(GenerationRequest("a", 10, context_tokens=100, cache_key="t", on_done=results.append))
+    worker.submit(
+        GenerationRequest("a", 10, context_tokens=100, cache_key="t", on_done=results.append)
+    )
     worker.submit(GenerationRequest("b", 10, on_done=results.append))
     loop.run()
     first, second = sorted(results, key=lambda r: r.finished_at)
     assert second.queueing_seconds == pytest.approx(first.finished_at)
     assert worker.cached_tokens("t") == 110
-    worker.submit(GenerationRequest("a2", 5, context_tokens=130, cache_key="t", on_done=results.append))
+    worker.submit(
+        GenerationRequest("a2", 5, context_tokens=130, cache_key="t", on_done=results.append)
+    )
     loop.run()
     assert results[-1].cached_tokens == 110 and results[-1].prefill_tokens == 20
 
@@ -79,7 +85,9 @@ def test_preemption_of_the_lowest_priority_keeps_its_kv() -> None:
         results[result.request_id] = result
 
     worker.submit(GenerationRequest("low", 100, context_tokens=10, priority=1, on_done=record))
-    loop.after(0.5, lambda: worker.submit(GenerationRequest("high", 20, priority=9, on_done=record)))
+    loop.after(
+        0.5, lambda: worker.submit(GenerationRequest("high", 20, priority=9, on_done=record))
+    )
     loop.run()
     low, high = results["low"], results["high"]
     assert low.preemptions == 1 and high.preemptions == 0
@@ -107,8 +115,12 @@ def test_abort_running_and_pending_requests() -> None:
         pool.submit(
             GenerationRequest(rid, 100, on_done=lambda r: results.__setitem__(r.request_id, r))
         )
-    loop.after(0.25, lambda: pool.abort("run"))
-    loop.after(0.20, lambda: pool.abort("wait"))
+
+    def abort(request_id: str) -> None:
+        pool.abort(request_id)
+
+    loop.after(0.25, lambda: abort("run"))
+    loop.after(0.20, lambda: abort("wait"))
     loop.run()
     assert results["run"].aborted and results["run"].output_tokens == 25
     assert results["wait"].aborted and results["wait"].output_tokens == 0

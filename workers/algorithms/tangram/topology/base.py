@@ -124,10 +124,6 @@ class Topology(ABC):
     def holdings(self) -> dict[str, dict[str, object]]:
         """Per node: free and used units, who holds what (dashboard introspection)."""
 
-    def group_of_running(self, action_id: str) -> Hashable:
-        """The group a running action's completion frees units in (for the completion heap)."""
-        return POOL_GROUP
-
     def next_change(self, now: float) -> float | None:
         """When capacity next appears by itself (a quota period rolls over); None if never."""
         return None

@@ -128,10 +128,6 @@ class BasicTopology(Topology):
             }
         return out
 
-    def group_of_running(self, action_id: str) -> Hashable:
-        held = self._held.get(action_id)
-        return next(iter(held)) if held else ""
-
     def next_change(self, now: float) -> float | None:
         """The next period boundary of any resource whose quota is used up."""
         times = []

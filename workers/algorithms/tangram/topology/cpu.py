@@ -178,10 +178,6 @@ class CpuTopology(Topology):
         if node_name is not None:
             self.nodes[node_name].free_memory_mb += self.trajectory_memory.pop(trajectory_id, 0)
 
-    def group_of_running(self, action_id: str) -> Hashable:
-        held = self._held.get(action_id)
-        return held.node if held else ""
-
     def holdings(self) -> dict[str, dict[str, object]]:
         out: dict[str, dict[str, object]] = {}
         for name, state in self.nodes.items():

@@ -1,0 +1,252 @@
+"""The scheduler service's view of PostgreSQL (``workers.scheduler.store.ActionStore``).
+
+Every write is one transaction per scheduling batch: the per-row conditional UPDATEs go through
+``executemany`` (pipelined by psycopg 3, so a batch of hundreds costs about one round trip), and
+each keeps the state-machine guard in its WHERE clause — a finish never overwrites a cancel.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.actions.models import ACTIVE_STATUSES, Action, ActionStatus
+from apps.actions.notify import publish_action_ended
+from apps.policies.models import Policy, PolicyKind
+from apps.resources.models import ApiQuota, Node, NodeStatus, PoolKind, ResourcePool
+from workers.scheduler.records import ActionRecord, FinishUpdate, RequeueUpdate, ScheduledUpdate
+from workers.transport import NodeRegister
+
+CHUNK = 500
+OUTPUT_LIMIT_CHARS = 1_000_000
+
+
+def _epoch(moment: dt.datetime | None) -> float:
+    return moment.timestamp() if moment is not None else 0.0
+
+
+def _moment(epoch: float | None) -> dt.datetime | None:
+    return dt.datetime.fromtimestamp(epoch, tz=dt.UTC) if epoch else None
+
+
+def _record(action: Action, kind: str) -> ActionRecord:
+    tool = action.tool
+    command = action.command or (tool.command_template if tool is not None else "")
+    timeout = action.timeout_s or (tool.timeout_s if tool is not None else 600.0)
+    payload = action.payload if isinstance(action.payload, dict) else None
+    return ActionRecord(
+        action_id=action.pk,
+        job_id=action.job_id,
+        kind="api" if kind == PoolKind.API else "cpu",
+        demand=action.demand,
+        submitted_at=_epoch(action.submitted_at),
+        status=action.status,
+        attempts=action.attempts,
+        timeout_s=float(timeout),
+        tool=tool.name if tool is not None else "default",
+        command=command or None,
+        api_request=payload.get("request") if payload and kind == PoolKind.API else None,
+        elasticity=action.elasticity,
+        single_unit_duration_s=action.single_unit_duration_s,
+        trajectory_id=action.trajectory_id,
+        idempotent=bool(tool is not None and tool.idempotent),
+        node=action.node.name if action.node is not None else None,
+        allocation=action.allocation,
+    )
+
+
+class DjangoActionStore:
+    """One instance per scheduler process; methods run in a worker thread (sync ORM)."""
+
+    def __init__(self) -> None:
+        self._kinds: dict[str, str] = {}
+        self._node_ids: dict[str, int] = {}
+
+    def pool_kind(self, pool: str) -> str:
+        if pool not in self._kinds:
+            try:
+                self._kinds[pool] = ResourcePool.objects.get(name=pool).kind
+            except ResourcePool.DoesNotExist as exc:
+                raise LookupError(f"no resource pool named {pool!r}") from exc
+        return self._kinds[pool]
+
+    def api_limits(self, pool: str) -> dict[str, tuple[int, int | None, float | None]]:
+        quotas = ApiQuota.objects.filter(Q(pool__name=pool) | Q(pool__isnull=True))
+        return {
+            f"api:{q.name}": (
+                q.concurrency_limit,
+                q.quota_per_period,
+                float(q.period_s) if q.period_s else None,
+            )
+            for q in quotas
+        }
+
+    def _records(self, actions: Any, pool: str) -> list[ActionRecord]:
+        kind = self.pool_kind(pool)
+        return [_record(a, kind) for a in actions.select_related("tool", "node")]
+
+    def load_active(self, pool: str) -> list[ActionRecord]:
+        actions = Action.objects.filter(pool__name=pool, status__in=ACTIVE_STATUSES).order_by(
+            "submitted_at", "id"
+        )
+        return self._records(actions, pool)
+
+    def load_queued(self, pool: str, action_ids: Sequence[int]) -> list[ActionRecord]:
+        records: list[ActionRecord] = []
+        for start in range(0, len(action_ids), CHUNK):
+            chunk = list(action_ids[start : start + CHUNK])
+            actions = Action.objects.filter(
+                pk__in=chunk, pool__name=pool, status=ActionStatus.QUEUED
+            ).order_by("submitted_at", "id")
+            records.extend(self._records(actions, pool))
+        return records
+
+    def load_nodes(self, pool: str) -> list[NodeRegister]:
+        nodes = Node.objects.filter(pool__name=pool).exclude(status=NodeStatus.OFFLINE)
+        kind = "api" if self.pool_kind(pool) == PoolKind.API else "cpu"
+        registers = []
+        for node in nodes:
+            self._node_ids[node.name] = node.pk
+            capacity = node.capacity or {}
+            numa = capacity.get("numa") or [list(range(node.cores))]
+            registers.append(
+                NodeRegister(
+                    node_id=node.name,
+                    pool=pool,
+                    agent_id=node.agent_version or node.name,
+                    kind=kind,
+                    backend=str(capacity.get("backend", "local")),
+                    cores=tuple(c for group in numa for c in group),
+                    numa={i: tuple(group) for i, group in enumerate(numa)},
+                    memory_mb=node.memory_mb,
+                    concurrency=int(capacity.get("concurrency", 0)),
+                )
+            )
+        return registers
+
+    def load_policy(self, pool: str) -> tuple[int, dict[str, Any]] | None:
+        row = (
+            Policy.objects.filter(pool__name=pool, kind=PolicyKind.ACTION_SCHEDULER)
+            .values_list("version", "settings")
+            .first()
+        )
+        return (int(row[0]), dict(row[1] or {})) if row is not None else None
+
+    def apply(
+        self,
+        *,
+        scheduled: Sequence[ScheduledUpdate] = (),
+        finished: Sequence[FinishUpdate] = (),
+        requeued: Sequence[RequeueUpdate] = (),
+    ) -> list[int]:
+        table = Action._meta.db_table
+        allocated = (ActionStatus.SCHEDULED.value, ActionStatus.RUNNING.value)
+        with transaction.atomic(), connection.cursor() as cursor:
+            if scheduled:
+                cursor.executemany(
+                    f"UPDATE {table} SET status = %s, allocation = %s, node_id = %s, "
+                    "scheduled_at = %s, attempts = %s WHERE id = %s AND status = %s",
+                    [
+                        (
+                            ActionStatus.SCHEDULED.value,
+                            _json(u.allocation),
+                            self._node_pk(u.node),
+                            _moment(u.scheduled_at),
+                            u.attempt,
+                            u.action_id,
+                            ActionStatus.QUEUED.value,
+                        )
+                        for u in scheduled
+                    ],
+                )
+            if finished:
+                cursor.executemany(
+                    f"UPDATE {table} SET status = %s, finished_at = %s, started_at = %s, "
+                    "exit_code = %s, output = %s, error_reason = %s "
+                    "WHERE id = %s AND status IN (%s, %s)",
+                    [
+                        (
+                            u.status,
+                            _moment(u.finished_at),
+                            _moment(u.started_at),
+                            u.exit_code,
+                            u.output[:OUTPUT_LIMIT_CHARS],
+                            u.reason,
+                            u.action_id,
+                            *allocated,
+                        )
+                        for u in finished
+                    ],
+                )
+            if requeued:
+                cursor.executemany(
+                    f"UPDATE {table} SET status = %s, allocation = NULL, node_id = NULL, "
+                    "scheduled_at = NULL, started_at = NULL, error_reason = %s "
+                    "WHERE id = %s AND status IN (%s, %s)",
+                    [
+                        (ActionStatus.QUEUED.value, u.reason, u.action_id, *allocated)
+                        for u in requeued
+                    ],
+                )
+            ended = [u.action_id for u in finished]
+            if ended:
+                transaction.on_commit(functools.partial(publish_action_ended, ended))
+        return ended
+
+    def mark_running(self, action_ids: Sequence[int], at: float) -> None:
+        """scheduled → running for the actions an agent's heartbeat says it is executing."""
+        if action_ids:
+            Action.objects.filter(pk__in=list(action_ids), status=ActionStatus.SCHEDULED).update(
+                status=ActionStatus.RUNNING, started_at=_moment(at)
+            )
+
+    def upsert_node(self, register: NodeRegister) -> None:
+        pool = ResourcePool.objects.get(name=register.pool)
+        numa = [list(cores) for _, cores in sorted(register.numa.items())] or [list(register.cores)]
+        capacity = {
+            "cores": len(register.cores),
+            "numa": numa,
+            "memory_mb": register.memory_mb,
+            "backend": register.backend,
+            "concurrency": register.concurrency,
+        }
+        node, _ = Node.objects.update_or_create(
+            name=register.node_id,
+            defaults={
+                "pool": pool,
+                "capacity": capacity,
+                "cores": len(register.cores),
+                "memory_mb": register.memory_mb,
+                "agent_version": register.agent_id[:64],
+                "status": NodeStatus.ONLINE,
+                "last_heartbeat_at": timezone.now(),
+            },
+        )
+        self._node_ids[node.name] = node.pk
+
+    def record_heartbeats(self, node_ids: Sequence[str], at: float) -> None:
+        Node.objects.filter(name__in=list(node_ids)).exclude(status=NodeStatus.DRAINING).update(
+            status=NodeStatus.ONLINE, last_heartbeat_at=_moment(at)
+        )
+
+    def mark_nodes_offline(self, node_ids: Sequence[str]) -> None:
+        Node.objects.filter(name__in=list(node_ids)).update(status=NodeStatus.OFFLINE)
+
+    def _node_pk(self, name: str) -> int | None:
+        if name not in self._node_ids:
+            pk = Node.objects.filter(name=name).values_list("pk", flat=True).first()
+            if pk is None:
+                return None
+            self._node_ids[name] = pk
+        return self._node_ids[name]
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))

@@ -1,0 +1,77 @@
+"""Heddle control-plane overhead (heddle §7.5, Table 2): presorted-DP placement of 1 600
+trajectories onto 64 workers, and sort-initialised simulated annealing for a 64-GPU budget.
+
+Times are the median of repeated runs on this machine (shared CPU: noisy). The DP is timed with
+the paper's group model (formula 2) — the headline — and with the fluid model the simulator uses.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from functools import partial
+
+import numpy as np
+
+from bench.report import BenchReport, Target
+from workers.algorithms.heddle.latency_model import MPLatencyModel
+from workers.algorithms.heddle.parallelism import plan_parallelism, worker_cost
+from workers.algorithms.heddle.placement import homogeneous_workers, place_trajectories
+from workers.sim.llm.trajectories import generate_trajectories
+
+NAME = "heddle_overhead"
+
+
+def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    fn()  # warm-up
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def run_core(trajectories: int, workers: int, gpus: int, repeats: int) -> dict:
+    model = MPLatencyModel()
+    prompts = trajectories // 16
+    lengths = np.asarray(
+        [r.total_tokens for r in generate_trajectories("coding", prompts=prompts, seed=1)],
+        dtype=float,
+    )
+    out: dict = {"trajectories": len(lengths), "workers": workers, "gpu_budget": gpus}
+    for group_model in ("paper", "fluid"):
+        fleet = homogeneous_workers(
+            worker_cost(model, 1, len(lengths), batch_limit=64, group_model=group_model), workers
+        )
+        for max_items in (len(lengths), 256):
+            placement = place_trajectories(lengths, fleet, max_items=max_items)
+            seconds = _median_seconds(
+                partial(place_trajectories, lengths, fleet, max_items=max_items), repeats
+            )
+            key = f"dp_{group_model}_items{'_all' if max_items == len(lengths) else max_items}"
+            out[key] = {"seconds": seconds, "makespan": placement.makespan}
+    plan = plan_parallelism(lengths, gpus, model, batch_limit_per_gpu=64, seed=0)
+    out["sa"] = {
+        "seconds": _median_seconds(
+            lambda: plan_parallelism(lengths, gpus, model, batch_limit_per_gpu=64, seed=0),
+            max(1, repeats // 4),
+        ),
+        "degrees": list(plan.degrees),
+        "evaluations": plan.evaluations,
+        "iterations": plan.iterations,
+        "makespan": plan.makespan,
+    }
+    return out
+
+
+def run(quick: bool = False) -> BenchReport:
+    params = {"trajectories": 1600, "workers": 64, "gpus": 64, "repeats": 5 if quick else 21}
+    series = run_core(**params)
+    report = BenchReport(NAME, quick, params=params, series=series)
+    report.targets.append(
+        Target.at_most("dp_1600x64_ms", series["dp_paper_items256"]["seconds"] * 1000, 10.0)
+    )
+    report.targets.append(Target.at_most("sa_64_gpus_s", series["sa"]["seconds"], 1.0))
+    return report

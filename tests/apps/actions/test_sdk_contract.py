@@ -1,0 +1,56 @@
+"""The Python SDK (sdk/loom) against this API, in-process: the shapes both sides agree on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from loom import Client
+
+from apps.actions import services
+from apps.actions.models import ActionStatus
+from controlplane.wsgi import application
+from tests.factories import ToolFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def sdk(job_actor: Any) -> Iterator[Client]:
+    # Calling the WSGI app directly would close the test's connection at request end.
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    client = Client(
+        "http://testserver", job_actor.raw_key, transport=httpx.WSGITransport(app=application)
+    )
+    yield client
+    client.close()
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+def test_submit_batch_get_cancel_and_results(sdk: Client) -> None:
+    ToolFactory.create(name="sandbox")
+    one = sdk.submit(tool="sandbox", demand={"cpu": {"min": 1, "max": 2}}, command="true")
+    assert one.status == "queued" and one.tool == "sandbox"
+    batch = sdk.submit_batch([{"demand": {"cpu": 1}, "command": f"echo {i}"} for i in range(5)])
+    assert [action.status for action in batch] == ["queued"] * 5
+    assert sdk.get(batch[0].id).id == batch[0].id
+
+    cancelled = sdk.cancel(batch[0].id)
+    assert cancelled.status == "cancelled" and cancelled.done
+    assert sdk.result(batch[0].id, timeout=5).status == "cancelled"
+
+    services.action_mark_scheduled(action_id=one.id, allocation={"cores": [0]})
+    services.action_mark_running(action_id=one.id)
+    services.action_finish(
+        action_id=one.id, status=ActionStatus.SUCCEEDED, exit_code=0, output="ok", score=1.0
+    )
+    finished = sdk.result(one.id, timeout=5)
+    assert (finished.status, finished.exit_code, finished.output) == ("succeeded", 0, "ok")
+    ended = list(sdk.as_completed([one.id, batch[0].id], timeout=5))
+    assert {action.id for action in ended} == {one.id, batch[0].id}
