@@ -11,6 +11,7 @@ from torch.nn import functional as F
 from bench.darts_lab.model import TinyCausalLM
 from bench.darts_lab.rollout import generate
 from bench.darts_lab.task import (
+    ANSWER,
     DIGITS_PER_PROMPT,
     MAX_RESPONSE,
     PAD,
@@ -61,7 +62,7 @@ def supervised_warmup(
     """Two-phase supervised warm-up: the skill first, then the verbose style.
 
     Phase 1 teaches the clean responses (XOR, concise or with running sums) until the batch's
-    teacher-forced token accuracy reaches ``skill_accuracy`` (small transformers learn this after
+    teacher-forced accuracy on answer digits reaches ``skill_accuracy`` (small transformers learn this after
     a plateau of unpredictable length) or ``skill_max_steps``. Phase 2 fits the verbose
     demonstration mix (rambling, guessing) for ``style_steps``, so GRPO starts from a policy that
     can answer but has the long, noisy length distribution of darts §3.2.
@@ -94,8 +95,10 @@ def supervised_warmup(
         step += 1
         if in_skill_phase:
             skill_steps += 1
+            # the answer digit (the token after ANSWER) is the skill; the rest is format
+            answer_slots = (inputs == ANSWER).float() * mask
             hits = (logits.detach().argmax(dim=-1) == targets).float()
-            if float((hits * mask).sum() / mask.sum()) >= skill_accuracy:
+            if float((hits * answer_slots).sum() / answer_slots.sum()) >= skill_accuracy:
                 in_skill_phase = False
     return losses, skill_steps
 

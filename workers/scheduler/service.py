@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -82,7 +82,7 @@ class _Batch:
     cancels: list[tuple[str, Cancel]] = field(default_factory=list)
 
 
-SnapshotPublisher = Callable[[str, dict[str, Any]], None]
+SnapshotPublisher = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
 class SchedulerService:
@@ -385,7 +385,7 @@ class SchedulerService:
                 await self._refresh_policy()
             await self._schedule_and_persist(batch, now)
             if self.publish_snapshot is not None:
-                self.publish_snapshot(self.config.pool, self.snapshot(now))
+                await self.publish_snapshot(self.config.pool, self.snapshot(now))
 
     def _check_nodes(self, batch: _Batch, now: float) -> None:
         timeout = self.config.heartbeat_timeout_s

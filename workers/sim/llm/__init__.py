@@ -38,6 +38,7 @@ Worker API (``workers.sim.llm.worker``) — everything runs on a
 
 The Heddle scenario on top: ``trajectories`` (coding/search/math generators, GRPO groups of 16,
 JSONL traces), ``rollout`` (multi-step trajectories over a worker pool under a
-:class:`~workers.sim.llm.rollout.SystemConfig`), ``baselines`` (verl-, verl*-, slime-like, Fix-1/
-Fix-8, Heddle, lower bound).
+:class:`~workers.sim.llm.rollout.SystemConfig` and :class:`~workers.sim.llm.rollout.Scenario`),
+``baselines`` (verl-, verl*-, slime-like, Fix-1/Fix-8, Heddle, oracle predictor, lower bound),
+``experiments`` (workload + trained predictors, Fig. 13 metrics, same-run comparisons).
 """

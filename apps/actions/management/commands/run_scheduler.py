@@ -1,0 +1,64 @@
+"""``python manage.py run_scheduler --pool NAME``: the scheduler service of one pool, over Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from apps.actions.scheduler_store import DjangoActionStore
+from apps.dashboard.publish import apublish
+from workers.scheduler import SchedulerService, ServiceConfig
+from workers.transport import RedisStreamsTransport
+
+
+class Command(BaseCommand):
+    help = "Run the ARL-Tangram scheduler service of one resource pool (needs REDIS_URL)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--pool", required=True, help="resource pool name")
+        parser.add_argument("--instance", default=socket.gethostname(), help="consumer name")
+        parser.add_argument("--max-attempts", type=int, default=3)
+        parser.add_argument("--heartbeat-timeout", type=float, default=15.0)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not settings.REDIS_URL:
+            raise CommandError(
+                "REDIS_URL is not set: the standalone scheduler talks to its agents over Redis "
+                "Streams (the embedded demo runs it in-process instead: make demo)"
+            )
+        if options["max_attempts"] < 1:
+            raise CommandError("--max-attempts must be >= 1")
+        logging.basicConfig(level=settings.LOG_LEVEL)
+        config = ServiceConfig(
+            pool=options["pool"],
+            instance=options["instance"],
+            max_attempts=options["max_attempts"],
+            heartbeat_timeout_s=options["heartbeat_timeout"],
+        )
+        try:
+            asyncio.run(self._serve(config))
+        except LookupError as exc:
+            raise CommandError(str(exc)) from exc
+
+    async def _serve(self, config: ServiceConfig) -> None:
+        transport = RedisStreamsTransport(settings.REDIS_URL)
+        service = SchedulerService(
+            config=config,
+            transport=transport,
+            store=DjangoActionStore(),
+            publish_snapshot=lambda pool, snapshot: apublish(f"pool:{pool}", snapshot),
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await service.run(stop)
+        finally:
+            await transport.close()

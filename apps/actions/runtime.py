@@ -1,0 +1,132 @@
+"""The embedded runtime: Loom's process tree inside one asyncio loop (DESIGN.md "Embedded default").
+
+``make demo`` runs the web app, one scheduler service per CPU or API pool, a local CPU agent and an
+API agent in one process, connected by the in-process transport. Production runs the same
+classes as separate processes over Redis Streams (``manage.py run_scheduler``,
+``python -m workers.agents.cpu``, ``python -m workers.agents.api``): configuration, not code,
+decides which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from apps.actions.scheduler_store import DjangoActionStore
+from apps.resources.models import PoolKind, ResourcePool
+from workers.agents.api.agent import ApiAgent
+from workers.agents.common.agent import AgentBase
+from workers.agents.cpu.agent import CpuAgent
+from workers.agents.cpu.local import LocalBackend
+from workers.scheduler import SchedulerService, ServiceConfig
+from workers.transport import InProcessTransport, Message, StreamNames, Transport
+
+log = logging.getLogger("loom.runtime")
+
+_current: EmbeddedRuntime | None = None
+
+
+def current_runtime() -> EmbeddedRuntime | None:
+    """The runtime running in this process, if any (the API publishes pool events through it)."""
+    return _current
+
+
+class EmbeddedRuntime:
+    def __init__(
+        self,
+        *,
+        work_root: Path,
+        transport: Transport | None = None,
+        streams: StreamNames | None = None,
+        cores: list[int] | None = None,
+        config_overrides: dict[str, Any] | None = None,
+        publish_snapshot: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None,
+    ) -> None:
+        self.transport = transport or InProcessTransport()
+        self.streams = streams or StreamNames()
+        self.work_root = work_root
+        self.cores = cores
+        self.config_overrides = config_overrides or {}
+        self.publish_snapshot = publish_snapshot
+        self.services: dict[str, SchedulerService] = {}
+        self.agents: list[AgentBase] = []
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        global _current
+        self._loop = asyncio.get_running_loop()
+        _current = self
+        pools = await asyncio.to_thread(
+            lambda: list(
+                ResourcePool.objects.filter(kind__in=[PoolKind.CPU, PoolKind.API]).values_list(
+                    "name", "kind"
+                )
+            )
+        )
+        host = socket.gethostname()
+        for name, kind in pools:
+            node_id = f"{host}-{name}"
+            agent: AgentBase
+            if kind == PoolKind.CPU:
+                backend = LocalBackend(node_id=node_id, work_root=self.work_root / node_id)
+                agent = CpuAgent(
+                    transport=self.transport,
+                    node_id=node_id,
+                    pool=name,
+                    backend=backend,
+                    cores=self.cores,
+                    streams=self.streams,
+                )
+            else:
+                agent = ApiAgent(
+                    transport=self.transport, node_id=node_id, pool=name, streams=self.streams
+                )
+            self.agents.append(agent)
+            self._tasks.append(asyncio.create_task(agent.run(), name=f"agent {node_id}"))
+            config = ServiceConfig(pool=name, **self.config_overrides)
+            service = SchedulerService(
+                config=config,
+                transport=self.transport,
+                store=DjangoActionStore(),
+                streams=self.streams,
+                publish_snapshot=self.publish_snapshot,
+            )
+            self.services[name] = service
+            self._tasks.append(asyncio.create_task(service.run(self._stop), name=f"pool {name}"))
+        for service in self.services.values():
+            await service.started.wait()
+        log.info("embedded runtime: pools %s", ", ".join(self.services) or "none")
+
+    async def stop(self) -> None:
+        global _current
+        self._stop.set()
+        for agent in self.agents:
+            await agent.stop()
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if _current is self:
+            _current = None
+
+    def publish_threadsafe(self, stream: str, message: Message) -> Future[str] | None:
+        """Publish from any thread (sync Django views run outside the loop's thread)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return None
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            loop.create_task(self.transport.publish(stream, message))
+            return None
+        return asyncio.run_coroutine_threadsafe(self.transport.publish(stream, message), loop)
