@@ -1,8 +1,11 @@
 """Heddle control-plane overhead (heddle §7.5, Table 2): presorted-DP placement of 1 600
 trajectories onto 64 workers, and sort-initialised simulated annealing for a 64-GPU budget.
 
-Times are the median of repeated runs on this machine (shared CPU: noisy). The DP is timed with
-the paper's group model (formula 2) — the headline — and with the fluid model the simulator uses.
+Each time is measured ``repeats`` times; the series keeps the median and the best. The targets
+use the best (``timeit``'s convention): on this shared 2-core machine other processes only ever
+add time, so the minimum is the closest estimate of the code's own cost; the median shows the
+noise. The DP is timed with the paper's group model (formula 2) — the headline, with the
+short-trajectory aggregation at 256 items — and with the fluid model the simulator uses.
 """
 
 from __future__ import annotations
@@ -23,14 +26,14 @@ from workers.sim.llm.trajectories import generate_trajectories
 NAME = "heddle_overhead"
 
 
-def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
+def _timings(fn: Callable[[], object], repeats: int) -> dict[str, float]:
     fn()  # warm-up
     samples = []
     for _ in range(repeats):
         started = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - started)
-    return statistics.median(samples)
+    return {"seconds": min(samples), "median_seconds": statistics.median(samples)}
 
 
 def run_core(trajectories: int, workers: int, gpus: int, repeats: int) -> dict:
@@ -47,14 +50,14 @@ def run_core(trajectories: int, workers: int, gpus: int, repeats: int) -> dict:
         )
         for max_items in (len(lengths), 256):
             placement = place_trajectories(lengths, fleet, max_items=max_items)
-            seconds = _median_seconds(
+            timings = _timings(
                 partial(place_trajectories, lengths, fleet, max_items=max_items), repeats
             )
             key = f"dp_{group_model}_items{'_all' if max_items == len(lengths) else max_items}"
-            out[key] = {"seconds": seconds, "makespan": placement.makespan}
+            out[key] = {**timings, "makespan": placement.makespan, "items": placement.items}
     plan = plan_parallelism(lengths, gpus, model, batch_limit_per_gpu=64, seed=0)
     out["sa"] = {
-        "seconds": _median_seconds(
+        **_timings(
             lambda: plan_parallelism(lengths, gpus, model, batch_limit_per_gpu=64, seed=0),
             max(1, repeats // 4),
         ),

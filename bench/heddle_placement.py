@@ -21,7 +21,7 @@ from bench.report import BenchReport, plot_path
 from workers.algorithms.heddle.priority import PriorityPolicy
 from workers.sim.llm.baselines import OraclePredictor
 from workers.sim.llm.experiments import compare_systems, prepare_workload, summarise
-from workers.sim.llm.rollout import Placement, Scenario, SystemConfig
+from workers.sim.llm.rollout import PlacementPolicy, Scenario, SystemConfig
 
 NAME = "heddle_placement"
 
@@ -29,9 +29,11 @@ NAME = "heddle_placement"
 def systems() -> list[SystemConfig]:
     pps = PriorityPolicy.PPS
     return [
-        SystemConfig("heddle_dp_migration", pps, Placement.HEDDLE_DP, mp_degree=1, migration=True),
-        SystemConfig("least_load", pps, Placement.LOAD_THRESHOLD, mp_degree=1),
-        SystemConfig("cache_aware", pps, Placement.CACHE_AWARE, mp_degree=1),
+        SystemConfig(
+            "heddle_dp_migration", pps, PlacementPolicy.HEDDLE_DP, mp_degree=1, migration=True
+        ),
+        SystemConfig("least_load", pps, PlacementPolicy.LOAD_THRESHOLD, mp_degree=1),
+        SystemConfig("cache_aware", pps, PlacementPolicy.CACHE_AWARE, mp_degree=1),
     ]
 
 

@@ -25,7 +25,7 @@ from workers.sim.llm.experiments import (
     prepare_workload,
     summarise,
 )
-from workers.sim.llm.rollout import Placement, Scenario, SystemConfig
+from workers.sim.llm.rollout import PlacementPolicy, Scenario, SystemConfig
 
 NAME = "heddle_scheduling"
 # Queueing below one decode step (τ at batch 1) is below the model's resolution; a PPS queueing
@@ -35,7 +35,7 @@ QUEUE_FLOOR_S = MPLatencyModel().tau(1)
 
 def policies() -> list[SystemConfig]:
     return [
-        SystemConfig(p.value, p, Placement.STATIC_AFFINITY, mp_degree=1)
+        SystemConfig(p.value, p, PlacementPolicy.STATIC_AFFINITY, mp_degree=1)
         for p in (
             PriorityPolicy.PPS,
             PriorityPolicy.FCFS,

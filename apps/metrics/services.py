@@ -17,10 +17,10 @@ from apps.actions.models import ACTIVE_STATUSES, Action
 from apps.dashboard.snapshots import (
     active_counts,
     active_trajectories,
+    completion_stats,
     pool_capacity,
-    recent_completions,
 )
-from apps.dashboard.stats import act_stats, ratio, seconds_between
+from apps.dashboard.stats import ratio, seconds_between
 from apps.jobs.models import Job
 from apps.metrics.models import JobRollup, PoolRollup
 from apps.resources.models import PoolKind, ResourcePool
@@ -47,8 +47,7 @@ def _bucket_fields(
     actions: QuerySet[Action], *, start: datetime, end: datetime
 ) -> dict[str, object]:
     counts = active_counts(actions)
-    durations = recent_completions(actions, start=start, end=end, limit=BUCKET_SAMPLE_LIMIT)
-    stats = act_stats(durations)
+    stats = completion_stats(actions, start=start, end=end, limit=BUCKET_SAMPLE_LIMIT)
     return {
         "waiting": int(counts["waiting"] or 0),
         "running": int(counts["running"] or 0),

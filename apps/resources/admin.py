@@ -1,6 +1,28 @@
-from django.contrib import admin
+from __future__ import annotations
 
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+
+from apps.resources.capacity import CapacitySerializer
 from apps.resources.models import ApiQuota, Node, ResourcePool, Service, Tool
+from apps.resources.services import capacity_totals
+
+
+class NodeForm(forms.ModelForm):
+    """Capacity edited here follows the agents' registration rules (NUMA layout and all)."""
+
+    class Meta:
+        model = Node
+        fields = ["name", "pool", "status", "address", "agent_version", "capacity", "usage"]
+
+    def clean_capacity(self) -> dict[str, Any]:
+        serializer = CapacitySerializer(data=self.cleaned_data.get("capacity"))
+        if not serializer.is_valid():
+            raise forms.ValidationError(str(serializer.errors))
+        return dict(serializer.validated_data)
 
 
 @admin.register(ResourcePool)
@@ -25,8 +47,22 @@ class NodeAdmin(admin.ModelAdmin):
     ]
     list_filter = ["status", "pool"]
     search_fields = ["name", "address"]
-    readonly_fields = ["token_prefix", "registered_at", "last_heartbeat_at"]
+    readonly_fields = [
+        "cores",
+        "memory_mb",
+        "gpus",
+        "gpu_memory_mb",
+        "token_prefix",
+        "registered_at",
+        "last_heartbeat_at",
+    ]
     list_select_related = ["pool"]
+    form = NodeForm
+
+    def save_model(self, request: HttpRequest, obj: Node, form: Any, change: bool) -> None:
+        for field, value in capacity_totals(obj.capacity).items():
+            setattr(obj, field, value)
+        super().save_model(request, obj, form, change)
 
 
 @admin.register(Service)

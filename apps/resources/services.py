@@ -12,6 +12,17 @@ from apps.jobs.services import generate_raw_key
 from apps.resources.models import Node, NodeStatus, ResourcePool
 
 
+def capacity_totals(capacity: dict[str, Any]) -> dict[str, int]:
+    """The scalar columns a Node keeps beside its full capacity layout."""
+    gpus = capacity.get("gpus", [])
+    return {
+        "cores": capacity["cores"],
+        "memory_mb": capacity["memory_mb"],
+        "gpus": len(gpus),
+        "gpu_memory_mb": sum(gpu["memory_mb"] for gpu in gpus),
+    }
+
+
 @transaction.atomic
 def node_register(
     *,
@@ -27,16 +38,12 @@ def node_register(
     that restarts on a reinstalled machine simply registers again.
     """
     raw_token = generate_raw_key(NODE_TOKEN_PREFIX)
-    gpus = capacity.get("gpus", [])
     node, _ = Node.objects.update_or_create(
         name=name,
         defaults={
             "pool": pool,
             "capacity": capacity,
-            "cores": capacity["cores"],
-            "memory_mb": capacity["memory_mb"],
-            "gpus": len(gpus),
-            "gpu_memory_mb": sum(gpu["memory_mb"] for gpu in gpus),
+            **capacity_totals(capacity),
             "address": address,
             "agent_version": agent_version,
             "status": NodeStatus.ONLINE,

@@ -83,7 +83,8 @@ def generate(
                 ):
                     aborted.add(by_id[key])
         for row in aborted:
-            samples[row].aborted = True
+            if not samples[row].finished:  # a finished sample cannot be aborted any more
+                samples[row].aborted = True
         keep = [(row, slot) for row, slot in zip(still_running, keep_positions, strict=True)]
         keep = [(row, slot) for row, slot in keep if row not in aborted]
         if not keep:

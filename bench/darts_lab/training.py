@@ -62,7 +62,8 @@ def supervised_warmup(
     """Two-phase supervised warm-up: the skill first, then the verbose style.
 
     Phase 1 teaches the clean responses (XOR, concise or with running sums) until the batch's
-    teacher-forced accuracy on answer digits reaches ``skill_accuracy`` (small transformers learn this after
+    teacher-forced accuracy on answer digits, averaged over the last 20 batches, reaches
+    ``skill_accuracy`` (small transformers learn this after
     a plateau of unpredictable length) or ``skill_max_steps``. Phase 2 fits the verbose
     demonstration mix (rambling, guessing) for ``style_steps``, so GRPO starts from a policy that
     can answer but has the long, noisy length distribution of darts §3.2.
@@ -71,6 +72,7 @@ def supervised_warmup(
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     losses: list[float] = []
     skill_steps = 0
+    recent: list[float] = []
     in_skill_phase = True
     step = 0
     while True:
@@ -98,7 +100,8 @@ def supervised_warmup(
             # the answer digit (the token after ANSWER) is the skill; the rest is format
             answer_slots = (inputs == ANSWER).float() * mask
             hits = (logits.detach().argmax(dim=-1) == targets).float()
-            if float((hits * answer_slots).sum() / answer_slots.sum()) >= skill_accuracy:
+            recent.append(float((hits * answer_slots).sum() / answer_slots.sum()))
+            if len(recent) >= 20 and float(np.mean(recent[-20:])) >= skill_accuracy:
                 in_skill_phase = False
     return losses, skill_steps
 

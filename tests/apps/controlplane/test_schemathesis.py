@@ -79,7 +79,7 @@ schema = schemathesis.openapi.from_wsgi("/api/v1/schema/?format=json", applicati
 
 @schema.parametrize()
 @settings(
-    max_examples=int(os.environ.get("LOOM_FUZZ_EXAMPLES", "5")),
+    max_examples=int(os.environ.get("LOOM_FUZZ_EXAMPLES", "4")),
     deadline=None,
     derandomize=True,
     suppress_health_check=list(HealthCheck),

@@ -9,6 +9,14 @@ import pytest
 from django.utils import timezone
 
 
+@pytest.fixture(autouse=True)
+def fresh_live_caches() -> None:
+    """Live job counts cache ended-action counts for 10 s; ids repeat across tests."""
+    from apps.dashboard import snapshots
+
+    snapshots._terminal_counts.clear()
+
+
 def _user_in_role(username: str, group_name: str | None) -> Any:
     from apps.dashboard.roles import roles_ensure
     from tests.factories import UserFactory

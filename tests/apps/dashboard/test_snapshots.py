@@ -44,3 +44,18 @@ def test_job_snapshot_counts_by_status(cpu_pool: Any, job: Any) -> None:
     assert snapshot["counts"]["queued"] == 2 and snapshot["counts"]["succeeded"] == 1
     assert snapshot["act"]["p50"] == pytest.approx(4.0, abs=0.01)
     assert snapshot["active_trajectories"] == 1
+
+
+def test_live_job_counts_keep_active_counts_exact_between_full_counts(
+    cpu_pool: Any, job: Any
+) -> None:
+    from apps.dashboard.snapshots import live_job_counts
+    from tests.factories import ActionFactory
+
+    ActionFactory(job=job, pool=cpu_pool)
+    assert live_job_counts(job)["queued"] == 1
+    ActionFactory(job=job, pool=cpu_pool)
+    finished_action(job, cpu_pool, act_s=1.0)
+    counts = live_job_counts(job)
+    assert counts["queued"] == 2  # active: exact at once
+    assert counts["succeeded"] == 0  # ended: refreshed at most every TERMINAL_COUNTS_TTL_S

@@ -99,3 +99,28 @@ def test_nodes_list_is_staff_only(staff_actor, job_actor):
     register(staff_actor.client)
     assert len(staff_actor.client.get("/api/v1/nodes/").json()["results"]) == 1
     assert job_actor.client.get("/api/v1/nodes/").status_code == 403
+
+
+def test_admin_capacity_edit_updates_totals_and_is_validated(admin_client):
+    import json
+
+    from tests.factories import NodeFactory
+
+    node = NodeFactory.create()
+    url = f"/admin/resources/node/{node.pk}/change/"
+    form = {
+        "name": node.name,
+        "pool": node.pool_id,
+        "status": "online",
+        "address": "",
+        "agent_version": "",
+        "usage": "{}",
+    }
+    bad = admin_client.post(
+        url, {**form, "capacity": json.dumps({"cores": 2, "numa": [[0]], "memory_mb": 1})}
+    )
+    assert bad.status_code == 200 and "NUMA" in bad.content.decode()
+    good = admin_client.post(url, {**form, "capacity": json.dumps(CAPACITY)})
+    assert good.status_code == 302
+    node.refresh_from_db()
+    assert (node.cores, node.gpus, node.gpu_memory_mb) == (8, 2, 49152)

@@ -198,7 +198,11 @@ def plan_parallelism(
     while temperature > min_temperature_ratio * initial_temperature:
         for _ in range(moves_per_temperature):
             iterations += 1
-            candidate = _neighbour(list(current), degrees, rng)
+            candidate = None
+            for _attempt in range(8):  # draw moves until one applies to this plan
+                candidate = _neighbour(list(current), degrees, rng)
+                if candidate is not None:
+                    break
             if candidate is None:
                 continue
             score = scorer.score(candidate, tie_weight)

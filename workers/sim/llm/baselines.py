@@ -20,25 +20,31 @@ import numpy as np
 from workers.algorithms.heddle.latency_model import MP_DEGREES, MPLatencyModel
 from workers.algorithms.heddle.prediction import TrajectoryContext, TrajectoryRecord
 from workers.algorithms.heddle.priority import PriorityPolicy
-from workers.sim.llm.rollout import Placement, SystemConfig
+from workers.sim.llm.rollout import PlacementPolicy, SystemConfig
 
 
 def verl(mp: int = 1) -> SystemConfig:
-    return SystemConfig("verl", PriorityPolicy.ROUND_ROBIN, Placement.STATIC_AFFINITY, mp_degree=mp)
+    return SystemConfig(
+        "verl", PriorityPolicy.ROUND_ROBIN, PlacementPolicy.STATIC_AFFINITY, mp_degree=mp
+    )
 
 
 def verl_star(mp: int = 1) -> SystemConfig:
-    return SystemConfig("verl*", PriorityPolicy.ROUND_ROBIN, Placement.LOAD_THRESHOLD, mp_degree=mp)
+    return SystemConfig(
+        "verl*", PriorityPolicy.ROUND_ROBIN, PlacementPolicy.LOAD_THRESHOLD, mp_degree=mp
+    )
 
 
 def slime(mp: int = 1) -> SystemConfig:
-    return SystemConfig("slime", PriorityPolicy.ROUND_ROBIN, Placement.LEAST_INFLIGHT, mp_degree=mp)
+    return SystemConfig(
+        "slime", PriorityPolicy.ROUND_ROBIN, PlacementPolicy.LEAST_INFLIGHT, mp_degree=mp
+    )
 
 
 def heddle(mp_degree: int | None = None, name: str = "heddle") -> SystemConfig:
     """All of Heddle; ``mp_degree`` set gives the Fix-m ablations."""
     return SystemConfig(
-        name, PriorityPolicy.PPS, Placement.HEDDLE_DP, mp_degree=mp_degree, migration=True
+        name, PriorityPolicy.PPS, PlacementPolicy.HEDDLE_DP, mp_degree=mp_degree, migration=True
     )
 
 

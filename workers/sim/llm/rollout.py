@@ -39,7 +39,7 @@ from workers.sim.events import EventLoop
 from workers.sim.llm.worker import GenerationRequest, GenerationResult, LLMWorker
 
 
-class Placement(enum.StrEnum):
+class PlacementPolicy(enum.StrEnum):
     STATIC_AFFINITY = "static_affinity"  # verl: each trajectory pinned to one worker, round-robin
     CACHE_AWARE = "cache_aware"  # every step to the worker holding its prefix (ties: least load)
     LOAD_THRESHOLD = "load_threshold"  # verl*/SGLang router: least-load if skewed, else cache
@@ -58,7 +58,7 @@ class SystemConfig:
 
     name: str
     priority: PriorityPolicy = PriorityPolicy.ROUND_ROBIN
-    placement: Placement = Placement.STATIC_AFFINITY
+    placement: PlacementPolicy = PlacementPolicy.STATIC_AFFINITY
     mp_degree: int | None = 1
     migration: bool = False
     balance_abs_threshold: int = 16
@@ -259,7 +259,7 @@ class RolloutSimulation:
 
     def _initial_placement(self, initial_totals: np.ndarray) -> None:
         ordered = list(self.trajectories.values())
-        if self.system.placement is Placement.HEDDLE_DP:
+        if self.system.placement is PlacementPolicy.HEDDLE_DP:
             placement = place_trajectories(initial_totals, self._worker_costs(self.degrees))
             self.group_sizes = placement.group_sizes
             for t in ordered:
@@ -271,16 +271,16 @@ class RolloutSimulation:
     # ------------------------------------------------------------------ routing
     def _route(self, t: _Trajectory) -> int:
         placement = self.system.placement
-        if placement in (Placement.STATIC_AFFINITY, Placement.HEDDLE_DP):
+        if placement in (PlacementPolicy.STATIC_AFFINITY, PlacementPolicy.HEDDLE_DP):
             return t.worker
         loads = [w.load for w in self.workers]
         least = int(np.argmin(loads))
-        if placement is Placement.LEAST_INFLIGHT:
+        if placement is PlacementPolicy.LEAST_INFLIGHT:
             return least
         key = t.record.trajectory_id
         cached = [w.cached_tokens(key) for w in self.workers]
         best_cache = int(np.argmax(cached)) if max(cached) > 0 else least
-        if placement is Placement.CACHE_AWARE:
+        if placement is PlacementPolicy.CACHE_AWARE:
             return best_cache
         # LOAD_THRESHOLD (SGLang router semantics: --balance-abs/rel-threshold)
         skewed = (max(loads) - min(loads) > self.system.balance_abs_threshold) and (
@@ -362,7 +362,7 @@ class RolloutSimulation:
         remaining = self.predictor.predict_many([self._context(t) for t in batch])
         for t, rest in zip(batch, remaining, strict=True):
             t.predicted_total = t.tokens_so_far + float(rest)
-        if self.system.migration and self.system.placement is Placement.HEDDLE_DP:
+        if self.system.migration and self.system.placement is PlacementPolicy.HEDDLE_DP:
             self._plan_migrations(ids)
 
     # ------------------------------------------------------------------ migration

@@ -23,7 +23,7 @@ from workers.sim.llm.baselines import (
     verl,
     verl_star,
 )
-from workers.sim.llm.rollout import Placement, Scenario, SystemConfig, run_rollout
+from workers.sim.llm.rollout import PlacementPolicy, Scenario, SystemConfig, run_rollout
 from workers.sim.llm.trajectories import (
     GROUP_SIZE,
     PROFILES,
@@ -80,7 +80,7 @@ def test_every_system_finishes_every_trajectory(
         assert len(outcome.worker_ids) == len(record.steps)
         tool = sum(s.tool_seconds for s in record.steps)
         assert outcome.finished_at >= tool
-    if system.placement is Placement.STATIC_AFFINITY:
+    if system.placement is PlacementPolicy.STATIC_AFFINITY:
         assert all(len(set(o.worker_ids)) == 1 for o in result.outcomes.values())
 
 
@@ -97,7 +97,7 @@ def test_pps_front_loads_the_longest_trajectory() -> None:
     oracle = OraclePredictor(records)
     queueing = {}
     for policy in (PriorityPolicy.PPS, PriorityPolicy.ROUND_ROBIN):
-        system = SystemConfig(policy.value, policy, Placement.STATIC_AFFINITY, mp_degree=1)
+        system = SystemConfig(policy.value, policy, PlacementPolicy.STATIC_AFFINITY, mp_degree=1)
         result = run_rollout(records, system, scenario, oracle)
         queueing[policy] = result.outcomes["L"].queueing_seconds
     assert queueing[PriorityPolicy.PPS] < 0.2 * queueing[PriorityPolicy.ROUND_ROBIN]
