@@ -42,7 +42,10 @@ def _tail_mean(values: list[float], fraction: float = 0.2) -> float:
 
 
 def end_of_training(result: LabResult) -> dict[str, dict[str, float]]:
-    """Per arm, averages over the last 20% of steps (single steps are noisy at this size)."""
+    """Per arm, averages over the last 20% of steps (single steps are noisy at this size).
+
+    Baseline shifts (μ(kept group) − μ(candidate pool), darts Eq. 3) are averaged over all steps.
+    """
     summary: dict[str, dict[str, float]] = {}
     for name, arm in result.arms.items():
         steps = arm.steps
@@ -56,6 +59,8 @@ def end_of_training(result: LabResult) -> dict[str, dict[str, float]]:
             "heldout_accuracy_hard": _tail_mean([s.heldout_accuracy_hard for s in steps]),
             "heldout_mean_length": _tail_mean([s.heldout_mean_length for s in steps]),
             "total_budget": _tail_mean([s.total_budget for s in steps]),
+            "baseline_shift_easy_all_steps": float(np.mean([s.baseline_shift_easy for s in steps])),
+            "baseline_shift_hard_all_steps": float(np.mean([s.baseline_shift_hard for s in steps])),
             "tokens_generated_all_steps": float(sum(s.tokens_generated for s in steps)),
             "wall_seconds": arm.wall_seconds,
         }
@@ -77,7 +82,9 @@ def plot(result: LabResult) -> dict[str, str]:
     for axis, kind in zip(axes, ("easy", "hard"), strict=True):
         axis.hist(result.initial_lengths[kind], bins=bins, alpha=0.4, label="before (warm-up)")
         for name, arm in result.arms.items():
-            axis.hist(arm.final_lengths[kind], bins=bins, histtype="step", lw=2, label=f"after: {name}")
+            axis.hist(
+                arm.final_lengths[kind], bins=bins, histtype="step", lw=2, label=f"after: {name}"
+            )
         axis.set_title(f"{kind} prompts: sampled response lengths (held-out)")
         axis.set_xlabel("response length (tokens)")
         axis.legend()
@@ -113,9 +120,9 @@ def run(quick: bool) -> BenchReport:
     result = run_lab(config)
     summary = end_of_training(result)
     standard, darts = summary["standard"], summary["darts"]
-    token_reduction = 1.0 - darts["tokens_generated_per_step"] / standard[
-        "tokens_generated_per_step"
-    ]
+    token_reduction = (
+        1.0 - darts["tokens_generated_per_step"] / standard["tokens_generated_per_step"]
+    )
     accuracy_delta = darts["heldout_accuracy"] - standard["heldout_accuracy"]
     lab_json: dict[str, Any] = result.to_json()
     report = BenchReport(

@@ -1,4 +1,4 @@
-"""Benchmark ``darts_rollout``: DARTS rollout shaping on a heavy-tailed batch (issue 5, darts §4–§5).
+"""Benchmark ``darts_rollout``: DARTS rollout shaping on heavy-tailed batches (darts §4–§5).
 
 Same batches, same random lengths, four strategies on simulated LLM workers (workers.sim.darts):
 standard GRPO, uniform over-sampling, DARTS without and with tail pruning / early stop. Also times
@@ -115,7 +115,7 @@ def plot(series: dict[str, dict[str, list]], summary: dict[str, dict[str, float]
 
 def run(quick: bool) -> BenchReport:
     config = ScenarioConfig(prompts=32 if quick else 64)
-    batches = 3 if quick else 8
+    batches = 3 if quick else 16
     seed = 2024
     series = run_scenario(config, batches, seed)
     summary = summarise(series)

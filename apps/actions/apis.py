@@ -97,7 +97,11 @@ class ActionResultSerializer(ActionOutputSerializer):
             "output",
             "score",
             "error_reason",
+            "allocation",
+            "attempts",
             "submitted_at",
+            "scheduled_at",
+            "started_at",
             "finished_at",
             "act_s",
         ]

@@ -44,7 +44,9 @@ def publish(pool: str, message: Message) -> None:
         _redis_client(settings.REDIS_URL).xadd(stream, {"m": encode_json(message)})
 
 
-def _announce(pairs: list[tuple[int, int]], build: type[ActionsSubmitted | ActionsCancelled]) -> None:
+def _announce(
+    pairs: list[tuple[int, int]], build: type[ActionsSubmitted | ActionsCancelled]
+) -> None:
     by_pool: dict[int, list[int]] = defaultdict(list)
     for action_id, pool_id in pairs:
         by_pool[pool_id].append(action_id)

@@ -27,6 +27,7 @@ from apps.actions.models import (
     ActionStatus,
 )
 from apps.actions.notify import publish_action_ended
+from apps.actions.pool_events import announce_cancelled, announce_submitted
 from apps.jobs.models import Job
 
 FINISH_STATUSES = (ActionStatus.SUCCEEDED, ActionStatus.FAILED, ActionStatus.TIMED_OUT)
@@ -117,6 +118,7 @@ def _submit_batch_once(*, job: Job, specs: Sequence[ActionSpec]) -> list[Submitt
         results.append(Submitted(action=action, created=True))
     with transaction.atomic():
         Action.objects.bulk_create(new_actions)
+        announce_submitted((action.pk, action.pool_id) for action in new_actions)
     return results
 
 
@@ -220,11 +222,15 @@ def action_cancel(
     *, action_id: int, reason: str = "cancelled by the user", now: datetime | None = None
 ) -> bool:
     """queued/scheduled/running → cancelled; False if it had already ended."""
-    changed = Action.objects.filter(pk=action_id, status__in=ACTIVE_STATUSES).update(
-        status=ActionStatus.CANCELLED, finished_at=now or timezone.now(), error_reason=reason
-    )
-    if changed == 1:
-        _on_commit_publish([action_id])
+    active = Action.objects.filter(pk=action_id, status__in=ACTIVE_STATUSES)
+    with transaction.atomic():
+        pool_id = active.values_list("pool_id", flat=True).first()
+        changed = active.update(
+            status=ActionStatus.CANCELLED, finished_at=now or timezone.now(), error_reason=reason
+        )
+        if changed == 1:
+            _on_commit_publish([action_id])
+            announce_cancelled([(action_id, pool_id)])
     return changed == 1
 
 
@@ -233,7 +239,7 @@ def action_cancel_many(
 ) -> list[int]:
     """Cancel every still-active action of ``action_ids``; returns the ids that were cancelled."""
     moment = now or timezone.now()
-    cancelled: list[int] = []
+    cancelled: list[tuple[int, int | None]] = []
     ids = list(action_ids)
     with transaction.atomic():
         for start in range(0, len(ids), IN_CLAUSE_CHUNK):
@@ -241,14 +247,15 @@ def action_cancel_many(
             active = list(
                 Action.objects.select_for_update()
                 .filter(pk__in=chunk, status__in=ACTIVE_STATUSES)
-                .values_list("pk", flat=True)
+                .values_list("pk", "pool_id")
             )
-            Action.objects.filter(pk__in=active, status__in=ACTIVE_STATUSES).update(
-                status=ActionStatus.CANCELLED, finished_at=moment, error_reason=reason
-            )
+            Action.objects.filter(
+                pk__in=[pk for pk, _ in active], status__in=ACTIVE_STATUSES
+            ).update(status=ActionStatus.CANCELLED, finished_at=moment, error_reason=reason)
             cancelled.extend(active)
-        _on_commit_publish(cancelled)
-    return cancelled
+        _on_commit_publish([pk for pk, _ in cancelled])
+        announce_cancelled(cancelled)
+    return [pk for pk, _ in cancelled]
 
 
 def action_requeue(*, action_id: int, reason: str = "") -> bool:

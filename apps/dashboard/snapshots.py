@@ -201,7 +201,8 @@ def pool_snapshot(pool: ResourcePool, now: datetime | None = None) -> dict[str, 
             "gpu": ratio(capacity["gpus_held"], capacity["gpus_total"]),
             "quota": ratio(running, capacity["quota_limit"]) if pool.kind == PoolKind.API else None,
         },
-        "policy_version": pool_policy_version(pool),
+        # What is saved; ``policy_version`` (what runs) comes from the scheduler's own snapshots.
+        "stored_policy_version": pool_policy_version(pool),
     }
 
 

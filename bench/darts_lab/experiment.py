@@ -4,7 +4,8 @@ Both arms train on the same prompt order with the same number of kept samples pe
 The standard arm draws M samples per prompt and keeps them all. The DARTS arm asks the shared
 algorithms package (workers.algorithms.darts) for the budget and allocation, streams finished
 samples into one GroupRollout per prompt (aborting what early stop prunes), and trains on the kept
-groups (darts §4, Alg. 1–2).
+groups (darts §4, Alg. 1–2). A third arm, ``darts_no_pruning``, is DARTS with dual-end selection
+for every prompt (no tail pruning, no early stop), to separate the two mechanisms.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ class StepRecord:
     heldout_accuracy_easy: float
     heldout_accuracy_hard: float
     heldout_mean_length: float
+    baseline_shift_easy: float
+    baseline_shift_hard: float
     rollout_seconds: float
     train_seconds: float
     eval_seconds: float
@@ -106,19 +109,28 @@ def _p99(values: Iterable[float]) -> float:
 class _DartsShaper:
     """Per-arm DARTS state: variance history, length moments and the calibrated λ."""
 
-    def __init__(self, config: LabConfig) -> None:
+    def __init__(self, config: LabConfig, tail_pruning: bool) -> None:
         self.config = config
+        self.tail_pruning = tail_pruning
         self.store = InMemoryLengthVarianceStore()
         self.moments = LengthMomentsEMA()
         self.trade_off: float | None = None
 
     def plan(self, prompts: list[Prompt]) -> tuple[int, list[GroupRollout]]:
         c = self.config
-        darts = DartsConfig(group_size=c.group_size, trade_off=self.trade_off or 0.0)
+        darts = DartsConfig(
+            group_size=c.group_size,
+            trade_off=self.trade_off or 0.0,
+            tail_pruning=self.tail_pruning,
+        )
         stds = smoothed_stds(self.store, [p.key for p in prompts])
         if self.moments.mean is None or self.moments.std is None:
             plan = plan_batch(
-                stds, config=darts, rho=0.0, cost_slope=1.0, total_budget=len(prompts) * c.group_size
+                stds,
+                config=darts,
+                rho=0.0,
+                cost_slope=1.0,
+                total_budget=len(prompts) * c.group_size,
             )
             return plan.total_budget, plan.group_rollouts(darts)
         slope = budget_cost_slope(
@@ -132,7 +144,9 @@ class _DartsShaper:
             # the ~1.5·N·M the paper reports as the solved average (App. B); fixed afterwards.
             target = c.budget_target_multiple * len(prompts) * c.group_size
             self.trade_off = self.moments.rho / (target * slope) if slope > 0 else 0.0
-            darts = DartsConfig(group_size=c.group_size, trade_off=self.trade_off)
+            darts = DartsConfig(
+                group_size=c.group_size, trade_off=self.trade_off, tail_pruning=self.tail_pruning
+            )
         plan = plan_batch(stds, config=darts, rho=self.moments.rho, cost_slope=slope)
         return plan.total_budget, plan.group_rollouts(darts)
 
@@ -154,7 +168,7 @@ def _rollout(
     config: LabConfig,
     generator: torch.Generator,
 ) -> tuple[int, list[list[GeneratedSample]], list[list[int]]]:
-    """Generate one step's candidates; return the budget, all samples and the kept sample numbers."""
+    """One step's candidates: returns the budget, every sample and the kept sample numbers."""
     if arm == "standard" or shaper is None:
         counts = [config.group_size] * len(prompts)
         outputs = generate(model, prompts, counts, generator)
@@ -165,7 +179,9 @@ def _rollout(
         decision = groups[prompt_index].sample_finished(sample, length, truncated)
         return [(prompt_index, s) for s in decision.abort]
 
-    outputs = generate(model, prompts, [g.allocated for g in groups], generator, on_finished=on_finished)
+    outputs = generate(
+        model, prompts, [g.allocated for g in groups], generator, on_finished=on_finished
+    )
     shaper.observe(prompts, outputs)
     return budget, outputs, [list(g.kept()) for g in groups]
 
@@ -186,7 +202,7 @@ def run_arm(
     sampling = torch.Generator().manual_seed(config.seed + 2)
     evaluation = torch.Generator().manual_seed(config.seed + 3)
     order_rng = np.random.default_rng(config.seed + 4)
-    shaper = _DartsShaper(config) if arm == "darts" else None
+    shaper = None if arm == "standard" else _DartsShaper(config, tail_pruning=arm == "darts")
     order: list[int] = []
     records: list[StepRecord] = []
     started = time.perf_counter()
@@ -203,10 +219,17 @@ def run_arm(
         kept_responses: list[list[int]] = []
         advantages: list[float] = []
         rewards: list[float] = []
+        shifts_easy: list[float] = []
+        shifts_hard: list[float] = []
         for prompt, samples, chosen in zip(batch, outputs, kept, strict=True):
             group = [samples[s] for s in chosen]
             group_rewards = [score(prompt, s.tokens) for s in group]
             rewards.extend(group_rewards)
+            pool_rewards = [score(prompt, s.tokens) for s in samples if s.finished]
+            if pool_rewards:
+                # darts Eq. 3: how far selection moved the group baseline μ(Y) from the pool's
+                shift = float(np.mean(group_rewards) - np.mean(pool_rewards))
+                (shifts_hard if prompt.hard else shifts_easy).append(shift)
             advantages.extend(group_advantages(group_rewards).tolist())
             kept_prompts.extend([prompt] * len(group))
             kept_responses.extend(s.tokens for s in group)
@@ -238,6 +261,8 @@ def run_arm(
                 heldout_accuracy_easy=metrics["accuracy_easy"],
                 heldout_accuracy_hard=metrics["accuracy_hard"],
                 heldout_mean_length=metrics["mean_length"],
+                baseline_shift_easy=float(np.mean(shifts_easy)) if shifts_easy else 0.0,
+                baseline_shift_hard=float(np.mean(shifts_hard)) if shifts_hard else 0.0,
                 rollout_seconds=t1 - t0,
                 train_seconds=t2 - t1,
                 eval_seconds=t3 - t2,
@@ -295,7 +320,10 @@ class LabResult:
         }
 
 
-def run_lab(config: LabConfig, arms: tuple[str, ...] = ("standard", "darts")) -> LabResult:
+ARMS = ("standard", "darts", "darts_no_pruning")
+
+
+def run_lab(config: LabConfig, arms: tuple[str, ...] = ARMS) -> LabResult:
     """Warm up one model, then train every arm from that same state and seed."""
     torch.set_num_threads(config.threads)
     rng = np.random.default_rng(config.seed)

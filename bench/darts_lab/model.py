@@ -103,4 +103,3 @@ class TinyCausalLM(nn.Module):
 def select_rows(cache: KVCache, rows: torch.Tensor) -> KVCache:
     """Keep only ``rows`` of every cached tensor (drop finished and aborted sequences)."""
     return [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in cache]
-

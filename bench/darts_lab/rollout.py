@@ -29,7 +29,9 @@ class GeneratedSample:
 
     @property
     def finished(self) -> bool:
-        return not self.aborted and (self.truncated or (bool(self.tokens) and self.tokens[-1] == EOS))
+        return not self.aborted and (
+            self.truncated or (bool(self.tokens) and self.tokens[-1] == EOS)
+        )
 
 
 @torch.no_grad()

@@ -28,7 +28,16 @@ PROMPT_LENGTH = 2 + DIGITS_PER_PROMPT + 1
 MAX_RESPONSE = 24
 BASE = 2  # bits, arithmetic mod 2 (XOR): a skill a CPU warm-up learns in well under a minute
 
-_SYMBOLS = {PAD: "_", BOS: "^", EOS: "$", ANSWER: "A", RAMBLE: ".", EASY: "E", HARD: "H", EQUALS: "="}
+_SYMBOLS = {
+    PAD: "_",
+    BOS: "^",
+    EOS: "$",
+    ANSWER: "A",
+    RAMBLE: ".",
+    EASY: "E",
+    HARD: "H",
+    EQUALS: "=",
+}
 
 
 @dataclass(frozen=True)
@@ -61,13 +70,17 @@ class Prompt:
         return sums
 
 
-def make_prompts(count: int, rng: np.random.Generator, exclude: set[str] | None = None) -> list[Prompt]:
+def make_prompts(
+    count: int, rng: np.random.Generator, exclude: set[str] | None = None
+) -> list[Prompt]:
     """``count`` distinct prompts, half easy and half hard, none whose key is in ``exclude``."""
     taken = set() if exclude is None else set(exclude)
     prompts: list[Prompt] = []
     while len(prompts) < count:
         hard = len(prompts) % 2 == 1
-        prompt = Prompt(hard=hard, digits=tuple(int(d) for d in rng.integers(0, BASE, DIGITS_PER_PROMPT)))
+        prompt = Prompt(
+            hard=hard, digits=tuple(int(d) for d in rng.integers(0, BASE, DIGITS_PER_PROMPT))
+        )
         if prompt.key in taken:
             continue
         taken.add(prompt.key)

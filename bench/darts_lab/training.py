@@ -12,14 +12,13 @@ from bench.darts_lab.model import TinyCausalLM
 from bench.darts_lab.rollout import generate
 from bench.darts_lab.task import (
     ANSWER,
-    DIGITS_PER_PROMPT,
     MAX_RESPONSE,
     PAD,
     PROMPT_LENGTH,
     Prompt,
     demonstration,
-    skill_demonstration,
     score,
+    skill_demonstration,
 )
 
 
@@ -174,17 +173,8 @@ def sampled_lengths(
 ) -> dict[str, list[int]]:
     """The policy's response-length distribution (temperature 1) split by prompt kind."""
     outputs = generate(model, prompts, [samples] * len(prompts), generator)
-    easy = [len(s.tokens) for p, out in zip(prompts, outputs, strict=True) if not p.hard for s in out]
+    easy = [
+        len(s.tokens) for p, out in zip(prompts, outputs, strict=True) if not p.hard for s in out
+    ]
     hard = [len(s.tokens) for p, out in zip(prompts, outputs, strict=True) if p.hard for s in out]
     return {"easy": easy, "hard": hard}
-
-
-__all__ = [
-    "DIGITS_PER_PROMPT",
-    "evaluate",
-    "group_advantages",
-    "policy_gradient_step",
-    "response_log_probs",
-    "sampled_lengths",
-    "supervised_warmup",
-]

@@ -22,8 +22,16 @@ export interface PoolSnapshot {
   oldest_wait_s: number | null;
   act: ActStats;
   util: Utilisation;
+  /** The policy version the scheduler runs (only the scheduler's snapshots carry it). */
   policy_version?: number | null;
+  /** The version saved in the database (the database-backed snapshots carry it). */
+  stored_policy_version?: number | null;
+  head_wait_reason?: string | null;
 }
+
+/** What arrives on ``pool:<name>``: the database publisher sends every field, the scheduler
+ * service a subset (``at`` for its clock, no ACT or utilisation). */
+export type PoolEvent = Partial<PoolSnapshot> & { at?: number };
 
 export interface RollupPoint {
   t: number;

@@ -67,7 +67,9 @@ def test_generation_shapes_and_abort_hook():
         count = 3 if prompt_index == 0 else 2
         return [(prompt_index, s) for s in range(count) if (prompt_index, s) not in seen]
 
-    outputs = generate(model, prompts, [3, 2], torch.Generator().manual_seed(0), on_finished=on_finished)
+    outputs = generate(
+        model, prompts, [3, 2], torch.Generator().manual_seed(0), on_finished=on_finished
+    )
     assert [len(o) for o in outputs] == [3, 2]
     for samples in outputs:
         for sample in samples:
@@ -75,9 +77,7 @@ def test_generation_shapes_and_abort_hook():
             assert sample.finished != sample.aborted
     # each prompt's first finisher aborted the rest of its group
     assert [sum(not s.aborted for s in samples) >= 1 for samples in outputs] == [True, True]
-    log_probs, mask = response_log_probs(
-        model, [prompts[0]], [outputs[0][0].tokens]
-    )
+    log_probs, mask = response_log_probs(model, [prompts[0]], [outputs[0][0].tokens])
     assert log_probs.shape == mask.shape == (1, PROMPT_LENGTH + MAX_RESPONSE - 1)
     assert int(mask.sum()) == len(outputs[0][0].tokens)
     assert torch.all(log_probs <= 0)
@@ -85,7 +85,7 @@ def test_generation_shapes_and_abort_hook():
 
 def test_tiny_lab_runs_both_arms():
     result = run_lab(TINY)
-    assert set(result.arms) == {"standard", "darts"}
+    assert set(result.arms) == {"standard", "darts", "darts_no_pruning"}
     assert all(math.isfinite(loss) for loss in result.warmup_losses)
     for name, arm in result.arms.items():
         assert len(arm.steps) == TINY.rl_steps
@@ -97,10 +97,13 @@ def test_tiny_lab_runs_both_arms():
             assert step.generated_p99_length <= MAX_RESPONSE
         if name == "standard":
             assert all(s.samples_generated == s.samples_kept for s in arm.steps)
+            assert all(s.baseline_shift_easy == s.baseline_shift_hard == 0.0 for s in arm.steps)
         else:
             budgets = [s.total_budget for s in arm.steps]
             assert all(16 <= b <= 32 for b in budgets)
             assert arm.steps[0].total_budget == 16  # no history yet: standard-sized first step
+        if name == "darts_no_pruning":
+            assert all(s.samples_aborted == 0 for s in arm.steps)
     summary = end_of_training(result)
     assert all(np.isfinite(v) for arm in summary.values() for v in arm.values())
     assert result.to_json()["arms"]["darts"]["steps"][0]["step"] == 0

@@ -174,6 +174,19 @@ def login(page: Any, username: str) -> None:
     page.wait_for_selector('[data-live-state="live"]')
 
 
+def publish_in_server(topic: str, payload: dict[str, Any]) -> None:
+    """Publish on the web server's own event loop, as an in-process scheduler service does
+    (the embedded mode's in-memory channel layer belongs to that loop)."""
+    import asyncio
+
+    from twisted.internet import reactor
+
+    from apps.dashboard.publish import apublish
+
+    loop = reactor._asyncioEventloop  # type: ignore[attr-defined]
+    asyncio.run_coroutine_threadsafe(apublish(topic, payload), loop).result(10)
+
+
 def screenshot(page: Any, name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"

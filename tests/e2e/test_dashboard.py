@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import login, make_user, screenshot
+from tests.e2e.conftest import login, make_user, publish_in_server, screenshot
 
 pytestmark = [pytest.mark.e2e]
 
@@ -90,6 +91,23 @@ def test_login_then_queue_and_act_change_live_on_the_overview(page: Any, live: s
     )
     assert navigations == []  # no reload: the numbers came over the websocket
     assert page.locator('[data-pool="cpu"] .chart').count() == 3
+    # The scheduler service's own (partial) snapshot: its head-of-queue reason shows, the ACT
+    # numbers from the database snapshots stay.
+    act_p50 = _stat(page, "cpu", "p50")
+    publish_in_server(
+        "pool:cpu",
+        {
+            "pool": "cpu",
+            "at": time.time(),
+            "waiting": 7,
+            "running": 0,
+            "head_wait_reason": "no cores free",
+            "policy_version": None,
+            "nodes": {},
+        },
+    )
+    page.locator('[data-head-reason="cpu"]', has_text="no cores free").wait_for()
+    assert _stat(page, "cpu", "p50") == act_p50
     screenshot(page, "02-overview-live")
 
 
@@ -113,12 +131,23 @@ def test_admin_changes_a_policy_and_sees_the_new_version_applied(page: Any, live
     row.wait_for()
     assert "ada" in row.inner_text()
     assert "depth" in row.inner_text() and "4" in row.inner_text() and "6" in row.inner_text()
-    page.wait_for_function(
-        "document.querySelector('[data-applied-for=\"cpu\"]').textContent === 'applied: v2'"
-    )
+    badge = page.locator('[data-applied-for="cpu"]')
+    assert badge.inner_text() == "v2 saved; the scheduler has not reported yet"
     from apps.policies.models import Policy
 
     assert Policy.objects.get(pool__name="cpu").settings["depth"] == 6
+    # The scheduler service reports the version it runs in its own snapshot shape
+    # (workers/scheduler/service.py ``snapshot``): first the old one, then the new one.
+    snapshot = {"pool": "cpu", "at": time.time(), "waiting": 0, "running": 0, "nodes": {}}
+    publish_in_server("pool:cpu", {**snapshot, "policy_version": 1, "head_wait_reason": None})
+    page.wait_for_function(
+        "document.querySelector('[data-applied-for=\"cpu\"]').textContent"
+        " === 'scheduler runs v1; v2 pending'"
+    )
+    publish_in_server("pool:cpu", {**snapshot, "policy_version": 2, "head_wait_reason": None})
+    page.wait_for_function(
+        "document.querySelector('[data-applied-for=\"cpu\"]').textContent === 'applied: v2'"
+    )
     screenshot(page, "03-policies-admin")
 
 

@@ -63,7 +63,10 @@ def write_project(root: Path, *, tests: int, rounds_per_test: int) -> Path:
 
 
 def reward_command(project: Path, python: str = sys.executable) -> str:
-    """The elastic reward action: copy the project into the sandbox, run its suite on {dop} cores."""
+    """The elastic reward action: copy the project into the sandbox, run its suite on {dop} cores.
+
+    ``python`` defaults to this interpreter, which has pytest and pytest-xdist installed.
+    """
     return (
         f"cp -r {shlex.quote(str(project))}/. . && {shlex.quote(python)} "
         "-m pytest -q -p no:cacheprovider -p xdist -n {dop} test_calc.py"

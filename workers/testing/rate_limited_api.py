@@ -35,7 +35,11 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 @dataclass(frozen=True)
 class RateLimit:
-    """``concurrency``: calls in flight at once; ``quota`` calls per fixed ``period_s`` window."""
+    """``concurrency``: calls in flight at once; ``quota`` calls per ``period_s`` window.
+
+    A window opens with the first call after the previous one closed (fixed windows anchored at
+    use, so a test never straddles a wall-clock boundary).
+    """
 
     concurrency: int = 4
     quota: int = 100
@@ -62,7 +66,7 @@ class RateLimitedApp:
         self.limit = limit
         self.counters = ApiStats()
         self.in_flight = 0
-        self._window_start = 0.0
+        self._window_start = -float("inf")
         self._window_count = 0
 
     def _admit(self) -> str | None:
@@ -71,9 +75,8 @@ class RateLimitedApp:
             self.counters.rejected_concurrency += 1
             return "concurrency"
         now = time.monotonic()
-        window = now - (now % self.limit.period_s)
-        if window != self._window_start:
-            self._window_start, self._window_count = window, 0
+        if now - self._window_start >= self.limit.period_s:  # a window opens at its first call
+            self._window_start, self._window_count = now, 0
         if self._window_count >= self.limit.quota:
             self.counters.rejected_quota += 1
             return "quota"

@@ -8,6 +8,8 @@ from workers.transport.base import Delivery, PendingEntry, Transport
 from workers.transport.inprocess import InProcessTransport
 from workers.transport.messages import (
     ActionResult,
+    ActionsCancelled,
+    ActionsSubmitted,
     ApiRequestSpec,
     Cancel,
     Dispatch,
@@ -25,6 +27,8 @@ __all__ = [
     "AGENT_GROUP",
     "SCHEDULER_GROUP",
     "ActionResult",
+    "ActionsCancelled",
+    "ActionsSubmitted",
     "ApiRequestSpec",
     "Cancel",
     "Delivery",

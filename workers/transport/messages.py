@@ -415,11 +415,73 @@ class Heartbeat:
         )
 
 
-Message: TypeAlias = Dispatch | Cancel | TrajectoryEnd | ActionResult | NodeRegister | Heartbeat
+def _action_ids(data: dict[str, Any]) -> tuple[int, ...]:
+    raw = _require(data, "action_ids")
+    if not isinstance(raw, list):
+        raise MessageError("action_ids must be a list")
+    try:
+        return tuple(int(i) for i in raw)
+    except (TypeError, ValueError) as exc:
+        raise MessageError(f"action_ids must be integers: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class ActionsSubmitted:
+    """New actions are in the database (web → the pool's scheduler); ids only, rows are truth."""
+
+    TYPE: ClassVar[str] = "actions_submitted"
+
+    action_ids: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"v": SCHEMA_VERSION, "type": self.TYPE, "action_ids": list(self.action_ids)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ActionsSubmitted:
+        _check_header(data, cls.TYPE)
+        return cls(action_ids=_action_ids(data))
+
+
+@dataclass(frozen=True)
+class ActionsCancelled:
+    """Users cancelled these actions (web → scheduler): forget them or stop their execution."""
+
+    TYPE: ClassVar[str] = "actions_cancelled"
+
+    action_ids: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"v": SCHEMA_VERSION, "type": self.TYPE, "action_ids": list(self.action_ids)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ActionsCancelled:
+        _check_header(data, cls.TYPE)
+        return cls(action_ids=_action_ids(data))
+
+
+Message: TypeAlias = (
+    Dispatch
+    | Cancel
+    | TrajectoryEnd
+    | ActionResult
+    | NodeRegister
+    | Heartbeat
+    | ActionsSubmitted
+    | ActionsCancelled
+)
 
 _BY_TYPE: dict[str, Any] = {
     cls.TYPE: cls
-    for cls in (Dispatch, Cancel, TrajectoryEnd, ActionResult, NodeRegister, Heartbeat)
+    for cls in (
+        Dispatch,
+        Cancel,
+        TrajectoryEnd,
+        ActionResult,
+        NodeRegister,
+        Heartbeat,
+        ActionsSubmitted,
+        ActionsCancelled,
+    )
 }
 
 

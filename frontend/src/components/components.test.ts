@@ -105,3 +105,33 @@ describe("router and theme", () => {
     expect(nextTheme("dark")).toBe("light");
   });
 });
+
+describe("pool events from two publishers", () => {
+  it("merges the scheduler's partial snapshot into the last full one", async () => {
+    const { mergePoolEvent } = await import("./poolPanel");
+    const full = {
+      t: 10,
+      pool: "cpu",
+      waiting: 5,
+      running: 2,
+      oldest_wait_s: 3,
+      act: { p50: 1, p99: 4, mean: 2, n: 50 },
+      util: { cpu: 0.5, gpu: null, quota: null },
+    };
+    const merged = mergePoolEvent(full, { pool: "cpu", at: 12, waiting: 7, running: 3, policy_version: 4 }, "cpu");
+    expect(merged.t).toBe(12);
+    expect([merged.waiting, merged.running, merged.policy_version]).toEqual([7, 3, 4]);
+    expect(merged.act.p99).toBe(4); // kept from the database snapshot
+    expect(merged.util.cpu).toBe(0.5);
+    const first = mergePoolEvent(null, { waiting: 1 }, "gpu");
+    expect(first.act.p50).toBeNull();
+    expect(first.pool).toBe("gpu");
+  });
+
+  it("says whether the saved policy version runs", async () => {
+    const { describeApplied } = await import("../pages/policies");
+    expect(describeApplied(undefined, 2)).toBe("v2 saved; the scheduler has not reported yet");
+    expect(describeApplied(2, 2)).toBe("applied: v2");
+    expect(describeApplied(1, 2)).toBe("scheduler runs v1; v2 pending");
+  });
+});

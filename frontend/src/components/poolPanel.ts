@@ -3,7 +3,29 @@
 import { LiveChart, PALETTE } from "../charts";
 import { h, setText } from "../dom";
 import { fmtCount, fmtPercent, fmtSeconds } from "../format";
-import type { PoolSnapshot, RollupPoint } from "../types";
+import type { PoolEvent, PoolSnapshot, RollupPoint } from "../types";
+
+/** Merge a (possibly partial) live event into the last full snapshot of the pool. */
+export function mergePoolEvent(previous: PoolSnapshot | null, event: PoolEvent, pool: string): PoolSnapshot {
+  const base: PoolSnapshot = previous ?? {
+    t: 0,
+    pool,
+    waiting: 0,
+    running: 0,
+    oldest_wait_s: null,
+    act: { p50: null, p99: null, mean: null, n: 0 },
+    util: { cpu: null, gpu: null, quota: null },
+  };
+  return {
+    ...base,
+    ...event,
+    t: event.t ?? event.at ?? Date.now() / 1000,
+    pool,
+    act: event.act ?? base.act,
+    util: event.util ?? base.util,
+    oldest_wait_s: event.oldest_wait_s !== undefined ? event.oldest_wait_s : base.oldest_wait_s,
+  } as PoolSnapshot;
+}
 
 export function snapshotFromRollup(pool: string, point: RollupPoint): PoolSnapshot {
   return {
@@ -24,6 +46,8 @@ export class PoolPanel {
   private readonly queueChart: LiveChart;
   private readonly actChart: LiveChart;
   private readonly utilChart: LiveChart;
+  private readonly headReason: HTMLElement;
+  private last: PoolSnapshot | null = null;
 
   constructor(
     readonly pool: string,
@@ -62,6 +86,7 @@ export class PoolPanel {
       ],
     });
     this.charts = [this.queueChart, this.actChart, this.utilChart];
+    this.headReason = h("p", { class: "wait-reason head-reason", "data-head-reason": pool });
     const title = options.link
       ? h("a", { href: `/pools/${encodeURIComponent(pool)}`, "data-link": "" }, pool)
       : pool;
@@ -82,6 +107,7 @@ export class PoolPanel {
         stat("gpu", "GPUs"),
         stat("quota", "quotas"),
       ),
+      this.headReason,
       h("div", { class: "charts" }, ...this.charts.map((c) => c.element)),
     );
   }
@@ -93,14 +119,23 @@ export class PoolPanel {
     this.queueChart.reset(rows.map((s) => ({ t: s.t, values: [s.waiting, s.running] })));
     this.actChart.reset(rows.map((s) => ({ t: s.t, values: [s.act.p50, s.act.p99, s.act.mean] })));
     this.utilChart.reset(rows.map((s) => ({ t: s.t, values: [s.util.cpu, s.util.gpu, s.util.quota] })));
-    if (current) this.showNumbers(current);
+    if (current) {
+      this.last = current;
+      this.showNumbers(current);
+    }
   }
 
-  update(snapshot: PoolSnapshot): void {
+  /** A live event: a full database snapshot or the scheduler's partial one. */
+  update(event: PoolEvent): void {
+    const snapshot = mergePoolEvent(this.last, event, this.pool);
+    this.last = snapshot;
     this.showNumbers(snapshot);
+    if (event.head_wait_reason !== undefined) {
+      setText(this.headReason, event.head_wait_reason ? `Head of the queue: ${event.head_wait_reason}` : "");
+    }
     this.queueChart.push(snapshot.t, [snapshot.waiting, snapshot.running]);
-    this.actChart.push(snapshot.t, [snapshot.act.p50, snapshot.act.p99, snapshot.act.mean]);
-    this.utilChart.push(snapshot.t, [snapshot.util.cpu, snapshot.util.gpu, snapshot.util.quota]);
+    if (event.act) this.actChart.push(snapshot.t, [snapshot.act.p50, snapshot.act.p99, snapshot.act.mean]);
+    if (event.util) this.utilChart.push(snapshot.t, [snapshot.util.cpu, snapshot.util.gpu, snapshot.util.quota]);
   }
 
   retheme(): void {

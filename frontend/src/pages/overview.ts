@@ -4,7 +4,7 @@ import { apiGet } from "../api";
 import { PoolPanel } from "../components/poolPanel";
 import type { Page, PageContext } from "../context";
 import { h, replace } from "../dom";
-import type { OverviewResponse, PoolSnapshot } from "../types";
+import type { OverviewResponse, PoolEvent } from "../types";
 
 export function overviewPage(ctx: PageContext): Page {
   const body = h("div", { class: "pool-grid" }, h("p", { class: "muted" }, "Loading pools…"));
@@ -25,7 +25,7 @@ export function overviewPage(ctx: PageContext): Page {
         panels.set(snapshot.pool, panel);
         const target = panel;
         unsubscribers.push(
-          ctx.live.subscribe(`pool:${snapshot.pool}`, (d) => target.update(d as PoolSnapshot)),
+          ctx.live.subscribe(`pool:${snapshot.pool}`, (d) => target.update(d as PoolEvent)),
         );
       }
       panel.reset(data.history[snapshot.pool] ?? [], snapshot);

@@ -6,7 +6,16 @@ import { PolicyForm, type PolicyValues } from "../components/policyForm";
 import type { Page, PageContext } from "../context";
 import { h, replace } from "../dom";
 import { fmtTime } from "../format";
-import type { PoliciesResponse, PolicyVersion, PoolPolicies, PoolSnapshot } from "../types";
+import type { PoliciesResponse, PolicyVersion, PoolEvent, PoolPolicies } from "../types";
+
+/** What the applied-version badge says, given what the scheduler reports and what is saved. */
+export function describeApplied(running: number | null | undefined, saved: number | null): string {
+  if (running === null || running === undefined) {
+    return saved === null ? "no policy saved" : `v${saved} saved; the scheduler has not reported yet`;
+  }
+  if (running === saved) return `applied: v${running}`;
+  return `scheduler runs v${running}; v${saved} pending`;
+}
 
 export function diffView(version: PolicyVersion): HTMLElement {
   if (!version.diff.length) return h("span", { class: "muted" }, "initial version");
@@ -34,21 +43,16 @@ export function policiesPage(ctx: PageContext): Page {
 
   function poolSection(fields: PoliciesResponse["fields"], entry: PoolPolicies): HTMLElement {
     const applied = h("span", { class: "applied", "data-applied-for": entry.pool });
-    const showApplied = (version: number | null | undefined) => {
-      const current = entry.current?.version ?? null;
-      applied.textContent =
-        version === null || version === undefined
-          ? "scheduler has not reported a version yet"
-          : version === current
-            ? `applied: v${version}`
-            : `scheduler runs v${version}, v${current} pending`;
-      applied.className = `applied ${version === current ? "ok" : "pending"}`;
-    };
-    showApplied(entry.applied_version);
+    const current = entry.current?.version ?? null;
+    applied.textContent = describeApplied(entry.applied_version, current);
+    applied.className = `applied ${entry.applied_version === current ? "ok" : "pending"}`;
     unsubscribers.push(
       ctx.live.subscribe(`pool:${entry.pool}`, (raw) => {
-        const version = (raw as PoolSnapshot).policy_version;
-        if (version !== undefined) showApplied(version);
+        // Only the scheduler's snapshots say which version runs.
+        const version = (raw as PoolEvent).policy_version;
+        if (version === undefined) return;
+        applied.textContent = describeApplied(version, current);
+        applied.className = `applied ${version === current ? "ok" : "pending"}`;
       }),
     );
     const form = new PolicyForm(fields, entry.current?.settings ?? {}, readOnly, async (values: PolicyValues) => {

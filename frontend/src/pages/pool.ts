@@ -5,7 +5,7 @@ import { NodeCard } from "../components/nodeCard";
 import { PoolPanel } from "../components/poolPanel";
 import type { Page, PageContext } from "../context";
 import { h, replace } from "../dom";
-import type { NodeView, PoolDetail, PoolSnapshot } from "../types";
+import type { NodeView, PoolDetail, PoolEvent } from "../types";
 
 export function poolPage(ctx: PageContext): Page {
   const poolName = ctx.route.params.pool;
@@ -23,7 +23,7 @@ export function poolPage(ctx: PageContext): Page {
   );
   const cards = new Map<number, NodeCard>();
   const unsubscribers: Array<() => void> = [
-    ctx.live.subscribe(`pool:${poolName}`, (d) => panel.update(d as PoolSnapshot)),
+    ctx.live.subscribe(`pool:${poolName}`, (d) => panel.update(d as PoolEvent)),
   ];
   const canOperate = ctx.me.role === "admin";
 

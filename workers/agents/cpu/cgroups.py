@@ -4,7 +4,7 @@
 ``<controller mount>/<the agent's own cgroup>/loom/<node>/`` for the cpuset, memory and cpu
 controllers. ``CgroupV2Driver``: a delegated, writable subtree with cpuset+cpu+memory enabled.
 ``detect_cgroup_driver`` picks whichever works and returns ``None`` where neither is writable:
-the local backend then falls back to ``os.sched_setaffinity``.
+the local backend then falls back to CPU affinity (``taskset``).
 
 A child joins its cgroup (writes its own pid into ``procs_files``) before it execs the command,
 so nothing it forks can escape; ``kill_all`` kills every process left in the cgroup.

@@ -3,7 +3,7 @@
 arl-tangram §5.2 (allocate-on-execution) without containers: each action runs ``sh -c`` in a new
 session (its own process group) inside a fresh cgroup whose cpuset is exactly the allocated cores,
 with a memory limit and a CFS quota of ``len(cores)`` CPUs. Where no cgroup hierarchy is writable,
-the child pins itself with ``os.sched_setaffinity`` instead. On exit, timeout or cancel everything
+the child is pinned with CPU affinity instead (``taskset``). On exit, timeout or cancel everything
 the action started is killed: its process group, its cgroup's processes, and (affinity path) every
 process carrying its ``LOOM_ACTION`` environment marker. The trajectory's working directory stays
 between its actions and is removed when the trajectory ends or stays idle past ``idle_ttl_s``.
@@ -19,11 +19,11 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
 from workers.agents.common import procs
+from workers.agents.common.sysinfo import format_cpu_list
 from workers.agents.cpu.backend import (
     ExecOutcome,
     ExecutionBackend,
@@ -67,6 +67,9 @@ class LocalBackend(ExecutionBackend):
         self.cgroups = detect_cgroup_driver(node_id) if cgroups == "auto" else cgroups
         self.idle_ttl_s = idle_ttl_s
         self.shell = shell
+        self.taskset = shutil.which("taskset")
+        if self.cgroups is None and self.taskset is None:
+            logger.warning("no cgroups and no taskset: actions will not be pinned to their cores")
         self.base_env = dict(os.environ) if base_env is None else dict(base_env)
         self._last_used: dict[str, float] = {}
         self._busy: dict[str, int] = {}
@@ -99,34 +102,22 @@ class LocalBackend(ExecutionBackend):
         )
         return env
 
-    def _argv(self, command: str, cgroup: CgroupHandle | None) -> list[str]:
-        """``sh -c command``, or, with a cgroup, a wrapper shell that joins it and then execs.
+    def _argv(self, dispatch: Dispatch, cgroup: CgroupHandle | None) -> list[str]:
+        """The child's argv: it confines itself before the command runs (same pid, then exec).
 
-        The child joins its own cgroup (as the same pid, before exec'ing the command), so nothing
-        it forks escapes and the agent never waits for the slow v1 cpuset attach itself.
+        With a cgroup, a wrapper shell writes its own pid into the cgroup and execs the command, so
+        nothing the command forks escapes and the agent never waits for the slow v1 cpuset
+        attach. Without one, ``taskset`` pins the child (children inherit the affinity). No
+        ``preexec_fn``: it is not fork-safe in a threaded process such as the agent.
         """
-        if cgroup is None:
-            return [self.shell, "-c", command]
-        return [
-            self.shell,
-            "-c",
-            _JOIN_SCRIPT,
-            "loom-join",
-            command,
-            self.shell,
-            *cgroup.procs_files,
-        ]
-
-    @staticmethod
-    def _pin_to(cores: tuple[int, ...]) -> Callable[[], None] | None:
-        """Affinity fallback: pin the forked child before exec (children inherit it)."""
-        if not cores:
-            return None
-
-        def pin() -> None:
-            os.sched_setaffinity(0, cores)
-
-        return pin
+        command = dispatch.rendered_command()
+        if cgroup is not None:
+            join = [self.shell, "-c", _JOIN_SCRIPT, "loom-join", command, self.shell]
+            return [*join, *cgroup.procs_files]
+        if dispatch.cores and self.taskset is not None:
+            cores = format_cpu_list(dispatch.cores)
+            return [self.taskset, "-c", cores, self.shell, "-c", command]
+        return [self.shell, "-c", command]
 
     async def run(self, dispatch: Dispatch) -> ExecOutcome:
         started = time.time()
@@ -162,14 +153,13 @@ class LocalBackend(ExecutionBackend):
         try:
             process, cancelled = await finish_despite_cancel(
                 asyncio.create_subprocess_exec(
-                    *self._argv(dispatch.rendered_command(), cgroup),
+                    *self._argv(dispatch, cgroup),
                     cwd=workdir,
                     env=self._environment(dispatch, workdir),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=None if cgroup is not None else self._pin_to(dispatch.cores),
                 )
             )
         except (OSError, ValueError) as exc:

@@ -18,14 +18,17 @@ from workers.algorithms.latency import DEFAULT_PTL_TP1, ThreePieceLinear, fit_th
 
 
 def fit_ptl_curve(
-    batch_sizes: Sequence[float], seconds_per_token: Sequence[float]
+    batch_sizes: Sequence[float] | np.ndarray, seconds_per_token: Sequence[float] | np.ndarray
 ) -> ThreePieceLinear:
     """PTL(tp, ·) for one tensor-parallel degree from profile points (darts App. A).
 
     A thin, named entry point so callers holding engine profiles need not know which module owns
     the fit; the fit itself is :func:`fit_three_piece_linear`.
     """
-    return fit_three_piece_linear(batch_sizes, seconds_per_token)
+    return fit_three_piece_linear(
+        np.asarray(batch_sizes, dtype=float).tolist(),
+        np.asarray(seconds_per_token, dtype=float).tolist(),
+    )
 
 
 def rollout_cost(lengths: Sequence[float] | np.ndarray, ptl: ThreePieceLinear) -> float:

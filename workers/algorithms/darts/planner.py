@@ -1,4 +1,4 @@
-"""One step's DARTS plan: budget (App. B) → per-prompt allocation (Alg. 1) → sampling modes (Alg. 2).
+"""One step's DARTS plan: budget (App. B) → allocation (Alg. 1) → sampling modes (Alg. 2).
 
 The shaper service, the simulator and the benchmarks all call :func:`plan_batch`; afterwards they
 drive one :class:`~workers.algorithms.darts.sampling.GroupRollout` per prompt (streaming) or call

@@ -20,10 +20,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 
 @dataclass(frozen=True)
@@ -163,14 +162,17 @@ def contexts_after_each_step(
     return samples
 
 
-_THREADPOOLS: ThreadpoolController | None = None
+_THREADPOOLS: Any = None
 
 
-def _single_threaded() -> object:
+def _single_threaded() -> Any:
     """OpenMP spin-waits badly on a small shared CPU and per-call thread start-up dominates the
-    tiny batches predicted here, so fit/predict run on one thread (controller built once)."""
+    tiny batches predicted here, so fit/predict run on one thread (controller built once).
+    Imported lazily, like scikit-learn, so the prompt-history baseline needs neither."""
     global _THREADPOOLS
     if _THREADPOOLS is None:
+        from threadpoolctl import ThreadpoolController
+
         _THREADPOOLS = ThreadpoolController()
     return _THREADPOOLS.limit(limits=1)
 
@@ -225,7 +227,7 @@ class ProgressivePredictor:
             raise ValueError("no trajectories to train on")
         x = self.features([context for context, _ in samples])
         y = np.log1p(np.asarray([remaining for _, remaining in samples], dtype=float))
-        with _single_threaded():  # type: ignore[attr-defined]
+        with _single_threaded():
             self._model.fit(x, y)
         self._fitted = True
         return self
@@ -235,7 +237,7 @@ class ProgressivePredictor:
             raise RuntimeError("ProgressivePredictor.fit must run before predict")
         if not contexts:
             return np.zeros(0)
-        with _single_threaded():  # type: ignore[attr-defined]
+        with _single_threaded():
             raw = self._model.predict(self.features(contexts))
         return np.maximum(np.expm1(raw), 1.0)
 

@@ -460,9 +460,33 @@ class ElasticScheduler:
             split.arrangement.best_cost(prefix), split.base_heap, chosen, first, later, self.depth
         )
 
+    def restore(
+        self,
+        spec: ActionSpec,
+        *,
+        node: str,
+        units: Mapping[str, int],
+        core_ids: tuple[int, ...],
+        submitted_at: float,
+        now: float,
+    ) -> Assignment:
+        """Re-adopt an action that was running before a restart, on the units it holds."""
+        if spec.action_id in self._waiting or spec.action_id in self._running:
+            raise ValueError(f"action {spec.action_id!r} already submitted")
+        allocation = self.topology.restore(spec, node, units, core_ids, now)
+        entry = _Waiting(spec=spec, submitted_at=submitted_at)
+        self._waiting[spec.action_id] = entry
+        return self._adopt(entry, allocation.node, allocation, now)
+
     def _start(self, cand: _Candidate, now: float) -> Assignment:
         spec = cand.entry.spec
         allocation: Allocation = self.topology.allocate(spec, cand.group, cand.units, now)
+        return self._adopt(cand.entry, cand.group, allocation, now)
+
+    def _adopt(
+        self, entry: _Waiting, group: Hashable, allocation: Allocation, now: float
+    ) -> Assignment:
+        spec = entry.spec
         key = spec.key_resource
         key_units = allocation.units.get(key, 1) if key else 1
         expected = spec.duration(key_units, self._t1(spec))
@@ -482,12 +506,12 @@ class ElasticScheduler:
         end = now + allocation.load_seconds + expected
         self._running[spec.action_id] = _Running(
             spec=spec,
-            submitted_at=cand.entry.submitted_at,
+            submitted_at=entry.submitted_at,
             assignment=assignment,
-            group=cand.group,
+            group=group,
             expected_end=end,
         )
-        self._running_by_group.setdefault(cand.group, {})[spec.action_id] = end
+        self._running_by_group.setdefault(group, {})[spec.action_id] = end
         return assignment
 
 

@@ -120,7 +120,7 @@ class StrategyResult:
 def simulate_batch(
     name: str,
     pools: Sequence[np.ndarray],
-    allocations: Sequence[int],
+    allocations: Sequence[int] | np.ndarray,
     config: ScenarioConfig,
     *,
     tail_pruning: bool,

@@ -85,12 +85,16 @@ def test_budget_is_floor_then_clip(rho, expected):
 
 
 def test_budget_inside_bounds_uses_eq8():
-    budget = adaptive_total_budget(rho=3.0, trade_off=0.02, cost_slope=1.0, prompts=8, group_size=12)
+    budget = adaptive_total_budget(
+        rho=3.0, trade_off=0.02, cost_slope=1.0, prompts=8, group_size=12
+    )
     assert budget == 150  # ⌊3 / 0.02⌋ inside [96, 192]
 
 
 def test_budget_free_extra_samples_take_upper_bound():
-    assert adaptive_total_budget(rho=1.0, trade_off=0.0, cost_slope=1.0, prompts=4, group_size=8) == 64
+    assert (
+        adaptive_total_budget(rho=1.0, trade_off=0.0, cost_slope=1.0, prompts=4, group_size=8) == 64
+    )
 
 
 def test_length_moments_ema():

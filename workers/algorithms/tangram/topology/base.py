@@ -120,6 +120,21 @@ class Topology(ABC):
     def release(self, action_id: str, now: float) -> None:
         """Return an action's units (quota consumed in its period stays consumed)."""
 
+    def restore(
+        self,
+        spec: ActionSpec,
+        node: str,
+        units: Mapping[str, int],
+        core_ids: Sequence[int],
+        now: float,
+    ) -> Allocation:
+        """Re-take the units a running action held before a restart (crash recovery).
+
+        The default suits topologies whose units are interchangeable; the CPU topology takes the
+        exact cores back.
+        """
+        return self.allocate(spec, node, units, now)
+
     @abstractmethod
     def holdings(self) -> dict[str, dict[str, object]]:
         """Per node: free and used units, who holds what (dashboard introspection)."""

@@ -91,6 +91,17 @@ class _NodeState:
         self.free_cores -= count
         return tuple(taken)
 
+    def take_exact(self, cores: Sequence[int]) -> tuple[int, ...]:
+        """Take these very cores (restoring a running action after a restart)."""
+        for core in cores:
+            free = self.free_by_numa[self.numa_of[core]]
+            index = bisect.bisect_left(free, core)
+            if index == len(free) or free[index] != core:
+                raise RuntimeError(f"node {self.spec.name}: core {core} is not free")
+            del free[index]
+        self.free_cores -= len(cores)
+        return tuple(cores)
+
     def put_cores(self, cores: Sequence[int]) -> None:
         for core in cores:
             bisect.insort(self.free_by_numa[self.numa_of[core]], core)
@@ -103,8 +114,6 @@ class CpuTopology(Topology):
     kind = "cpu"
 
     def __init__(self, nodes: Sequence[CpuNodeSpec]) -> None:
-        if not nodes:
-            raise ValueError("CpuTopology needs at least one node")
         names = [n.name for n in nodes]
         if len(set(names)) != len(names):
             raise ValueError("node names must be unique")
@@ -112,10 +121,33 @@ class CpuTopology(Topology):
         self.trajectory_node: dict[str, str] = {}
         self.trajectory_memory: dict[str, int] = {}
         self._held: dict[str, _Held] = {}
+        self.unavailable: set[str] = set()
 
     @property
     def resource_names(self) -> frozenset[str]:
         return frozenset({CPU, MEMORY})
+
+    def add_node(self, spec: CpuNodeSpec) -> None:
+        """A node registered while the pool runs (agents join at any time)."""
+        if spec.name in self.nodes:
+            raise ValueError(f"node {spec.name!r} is already in the pool")
+        self.nodes[spec.name] = _NodeState(spec)
+
+    def set_node_available(self, name: str, available: bool) -> None:
+        """Take a node out of placement (lost agent, drained) or put it back.
+
+        Trajectories pinned to a node that goes away are unpinned, so their retried and later
+        actions can land elsewhere (their sandbox state is lost with the node).
+        """
+        if name not in self.nodes:
+            raise KeyError(f"no node {name!r}")
+        if available:
+            self.unavailable.discard(name)
+            return
+        self.unavailable.add(name)
+        for trajectory in [t for t, n in self.trajectory_node.items() if n == name]:
+            del self.trajectory_node[trajectory]
+            self.nodes[name].free_memory_mb += self.trajectory_memory.pop(trajectory, 0)
 
     @property
     def arranged_resources(self) -> tuple[str, ...]:
@@ -124,6 +156,8 @@ class CpuTopology(Topology):
     def never_fits(self, spec: ActionSpec) -> WaitReason | None:
         if any(name not in self.resource_names for name in spec.resources):
             return WaitReason.NOT_IN_POOL
+        if not self.nodes:
+            return None  # no agent has registered yet: wait for one rather than reject
         cores = spec.resources[CPU].minimum if CPU in spec.resources else 0
         memory = spec.resources[MEMORY].minimum if MEMORY in spec.resources else 0
         node_name = self.trajectory_node.get(spec.trajectory_id or "")
@@ -163,6 +197,31 @@ class CpuTopology(Topology):
             units=dict(units),
             core_ids=cores,
             dop=max(1, len(cores)),
+        )
+
+    def restore(
+        self,
+        spec: ActionSpec,
+        node: str,
+        units: Mapping[str, int],
+        core_ids: Sequence[int],
+        now: float,
+    ) -> Allocation:
+        state = self.nodes[node]
+        memory = units.get(MEMORY, 0)
+        action_memory = 0
+        trajectory = spec.trajectory_id
+        if trajectory is not None and trajectory not in self.trajectory_node:
+            self.trajectory_node[trajectory] = node
+            self.trajectory_memory[trajectory] = memory
+            state.free_memory_mb -= memory
+        elif trajectory is None:
+            action_memory = memory
+            state.free_memory_mb -= memory
+        cores = state.take_exact(core_ids)
+        self._held[spec.action_id] = _Held(node, cores, action_memory)
+        return Allocation(
+            action_id=spec.action_id, node=node, units=dict(units), core_ids=cores, dop=len(cores)
         )
 
     def release(self, action_id: str, now: float) -> None:
@@ -213,7 +272,7 @@ class _CpuAccommodation(Accommodation):
         self.capacity = {n: s.spec.memory_mb for n, s in topology.nodes.items()}
         self.pending_trajectory: dict[str, str] = {}
         self.placed: dict[str, str] = {}
-        self.closed: set[str] = set()
+        self.closed: set[str] = set(topology.unavailable)
 
     def add(self, spec: ActionSpec, units: Mapping[str, int]) -> Placement | Blocked:
         cores = units.get(CPU, 0)

@@ -1,0 +1,101 @@
+"""Actions run for real: API → scheduler service → local CPU agent → result, in one process.
+
+The embedded runtime (the demo's process tree) with the in-process transport, the real Django
+store and a real local-backend agent executing shell commands on this machine's cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from loom import AsyncClient
+
+from apps.actions.models import Action
+from apps.actions.runtime import EmbeddedRuntime
+from apps.resources.models import PoolKind
+from controlplane.asgi import application
+from tests.factories import JobFactory, PoolFactory, ToolFactory, make_key
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+async def loom(tmp_path: Path) -> AsyncIterator[tuple[AsyncClient, EmbeddedRuntime]]:
+    def set_up() -> str:
+        PoolFactory.create(name="cpu", kind=PoolKind.CPU)
+        return make_key(job=JobFactory.create())[1]
+
+    raw_key = await asyncio.to_thread(set_up)
+    runtime = EmbeddedRuntime(work_root=tmp_path, cores=[0, 1])
+    await runtime.start()
+    client = AsyncClient(
+        "http://testserver", raw_key, transport=httpx.ASGITransport(app=application)
+    )
+    try:
+        yield client, runtime
+    finally:
+        await client.close()
+        await runtime.stop()
+
+
+async def test_submitted_actions_run_and_report_act(loom: Any) -> None:
+    client, _ = loom
+    actions = await client.submit_batch(
+        [
+            {"command": "echo hello-$((6 * 7))", "demand": {"cpu": 1}},
+            {"command": "exit 3", "demand": {"cpu": 1}},
+            {"command": "sleep 30", "demand": {"cpu": 1}, "timeout_s": 1},
+        ]
+    )
+    ok, failed, slow = [await client.result(a.id, timeout=60) for a in actions]
+    assert (ok.status, ok.exit_code, ok.output.strip()) == ("succeeded", 0, "hello-42")
+    assert ok.timings.act_s is not None and ok.timings.act_s > 0
+    assert ok.timings.queueing_s is not None and ok.timings.queueing_s >= 0
+    assert (failed.status, failed.exit_code) == ("failed", 3)
+    assert "exit_code_nonzero" in failed.error_reason
+    assert slow.status == "timed_out" and "timeout" in slow.error_reason
+
+
+async def test_elastic_command_gets_the_allocated_cores(loom: Any) -> None:
+    client, _ = loom
+    await asyncio.to_thread(
+        lambda: ToolFactory.create(
+            name="suite",
+            command_template="echo dop={dop}",
+            pool=PoolFactory.create(name="cpu", kind=PoolKind.CPU),
+        )
+    )
+    action = await client.submit(
+        tool="suite",
+        demand={"cpu": {"min": 1, "max": 2}},
+        elasticity={"resource": "cpu", "efficiency": [1.0, 0.9]},
+        single_unit_duration_s=2.0,
+    )
+    done = await client.result(action.id, timeout=60)
+    assert done.status == "succeeded"
+    assert done.output.strip() == f"dop={len(done.allocation['cores'])}"
+    assert len(done.allocation["cores"]) == 2  # an idle pool gives an elastic action every core
+
+
+async def test_cancel_stops_a_running_action(loom: Any) -> None:
+    client, runtime = loom
+    action = await client.submit(command="sleep 30", demand={"cpu": 1})
+    for _ in range(200):
+        if (await client.get(action.id)).status in ("scheduled", "running"):
+            break
+        await asyncio.sleep(0.05)
+    cancelled = await client.cancel(action.id)
+    assert cancelled.status == "cancelled"
+    service = runtime.services["cpu"]
+    for _ in range(200):  # the agent kills it and the scheduler frees its core
+        if service.scheduler.running_count == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert service.scheduler.running_count == 0
+    row = await asyncio.to_thread(Action.objects.get, pk=action.id)
+    assert row.status == "cancelled"
