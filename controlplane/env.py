@@ -82,7 +82,7 @@ def database_from_url(name: str, url: str | None, *, sqlite_path: Path) -> dict[
     and ``sqlite:///absolute/path`` or ``sqlite://:memory:``.
     """
     if url is None:
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(sqlite_path)}
+        return _sqlite(str(sqlite_path))
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -113,10 +113,25 @@ def database_from_url(name: str, url: str | None, *, sqlite_path: Path) -> dict[
             raise ImproperlyConfigured(f"{name}: sqlite URL needs a path, e.g. sqlite:///var/x.db")
         if path == "/:memory:" or path == ":memory:":
             path = ":memory:"
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": path}
+        return _sqlite(path)
     raise ImproperlyConfigured(
         f"{name}: unsupported scheme {parts.scheme!r} in {url!r} (use postgres:// or sqlite://)"
     )
+
+
+def _sqlite(path: str) -> dict[str, Any]:
+    """SQLite for the embedded mode, where the scheduler writes while the API serves: WAL lets
+    readers run beside the writer, IMMEDIATE transactions and a busy timeout queue writers
+    instead of failing them with "database is locked"."""
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": path,
+        "OPTIONS": {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+    }
 
 
 def redis_url(name: str) -> str | None:

@@ -183,7 +183,8 @@ def publish_in_server(topic: str, payload: dict[str, Any]) -> None:
 
     from apps.dashboard.publish import apublish
 
-    loop = reactor._asyncioEventloop  # type: ignore[attr-defined]
+    twisted_reactor: Any = reactor
+    loop = twisted_reactor._asyncioEventloop
     asyncio.run_coroutine_threadsafe(apublish(topic, payload), loop).result(10)
 
 

@@ -17,7 +17,11 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_database_url_defaults_to_sqlite(tmp_path):
     config = env.database_from_url("DATABASE_URL", None, sqlite_path=tmp_path / "x.db")
-    assert config == {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "x.db")}
+    assert config["ENGINE"] == "django.db.backends.sqlite3"
+    assert config["NAME"] == str(tmp_path / "x.db")
+    # the embedded mode writes from the scheduler while the API serves: WAL + a busy timeout
+    assert "journal_mode=WAL" in config["OPTIONS"]["init_command"]
+    assert config["OPTIONS"]["timeout"] > 0
 
 
 def test_database_url_postgres():

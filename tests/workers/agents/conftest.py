@@ -8,9 +8,9 @@ import dataclasses
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -27,6 +27,7 @@ from workers.transport import (
 )
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -46,10 +47,14 @@ async def redis_transport_for(names: StreamNames) -> AsyncIterator[RedisStreamsT
     try:
         yield transport
     finally:
-        keys = [key async for key in transport.client.scan_iter(match=f"{names.prefix}:*")]
+        keys = await bounded(_keys(transport, names.prefix), "scanning test keys")
         if keys:
-            await transport.client.delete(*keys)
-        await transport.close()
+            await bounded(transport.client.delete(*keys), "deleting test keys")
+        await bounded(transport.close(), "closing the Redis transport")
+
+
+async def _keys(transport: RedisStreamsTransport, prefix: str) -> list[bytes]:
+    return [key async for key in transport.client.scan_iter(match=f"{prefix}:*")]
 
 
 @pytest.fixture
@@ -94,6 +99,17 @@ class SchedulerStandIn:
     async def results(self, count: int, timeout_s: float = 20.0) -> dict[str, ActionResult]:
         found = await self.wait_for(ActionResult, count, timeout_s)
         return {r.action_id: r for r in found}
+
+
+async def bounded(awaitable: Awaitable[T], what: str, timeout_s: float = 20.0) -> T:
+    """Await with a deadline; on expiry print every task's stack (a hang becomes a failure)."""
+    try:
+        return await asyncio.wait_for(awaitable, timeout_s)
+    except TimeoutError:
+        for task in asyncio.all_tasks():
+            print(f"--- task {task.get_name()}")
+            task.print_stack(limit=15)
+        raise AssertionError(f"{what} did not finish in {timeout_s} s") from None
 
 
 def cpu_dispatch(action: str, command: str, **fields: Any) -> Dispatch:

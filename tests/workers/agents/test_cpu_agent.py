@@ -14,6 +14,7 @@ import pytest
 
 from tests.workers.agents.conftest import (
     SchedulerStandIn,
+    bounded,
     cpu_dispatch,
     leftover_processes,
     redis_transport_for,
@@ -72,7 +73,7 @@ async def running_agent(
     )
     await agent.start()
     yield agent, scheduler
-    await agent.stop()
+    await bounded(agent.stop(), "agent.stop()")
 
 
 @pytest.mark.redis
