@@ -67,7 +67,8 @@ def reward_command(project: Path, python: str = sys.executable) -> str:
 
     ``python`` defaults to this interpreter, which has pytest and pytest-xdist installed.
     """
+    # Only xdist is loaded: the sandbox must not pick up the control plane's own pytest plugins.
     return (
-        f"cp -r {shlex.quote(str(project))}/. . && {shlex.quote(python)} "
-        "-m pytest -q -p no:cacheprovider -p xdist -n {dop} test_calc.py"
+        f"cp -r {shlex.quote(str(project))}/. . && PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "
+        f"{shlex.quote(python)} -m pytest -q -p no:cacheprovider -p xdist -n {{dop}} test_calc.py"
     )

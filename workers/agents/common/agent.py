@@ -39,6 +39,8 @@ from workers.transport.streams import AGENT_GROUP, StreamNames
 
 logger = logging.getLogger(__name__)
 
+_STOP_FLUSHING = "\x00stop"  # an outbox entry id no stream uses: the flusher's stop marker
+
 
 @dataclass(frozen=True)
 class AgentSettings:
@@ -51,6 +53,7 @@ class AgentSettings:
     read_count: int = 128
     read_block_ms: int = 1_000
     remember_cancelled: int = 10_000
+    stop_flush_s: float = 30.0
 
 
 @dataclass
@@ -87,7 +90,8 @@ class AgentBase(abc.ABC):
         self._cancelled: OrderedDict[str, None] = OrderedDict()
         self._ending_trajectories: set[str] = set()
         self._outbox: asyncio.Queue[tuple[ActionResult | None, str]] = asyncio.Queue()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._loops: list[asyncio.Task[None]] = []
+        self._flusher: asyncio.Task[None] | None = None
         self._stopping = False
         self._stopped = asyncio.Event()
         self.started_at = time.time()
@@ -132,12 +136,14 @@ class AgentBase(abc.ABC):
         """Create the groups, register, and start the loops (returns immediately)."""
         await self.transport.ensure_group(self.dispatch_stream, AGENT_GROUP)
         await self.transport.publish(self.events_stream, self.registration())
-        self._tasks = [
+        self._loops = [
             asyncio.create_task(self._read_loop(), name=f"{self.agent_id}-read"),
             asyncio.create_task(self._heartbeat_loop(), name=f"{self.agent_id}-heartbeat"),
             asyncio.create_task(self._reclaim_loop(), name=f"{self.agent_id}-reclaim"),
-            asyncio.create_task(self._flush_loop(), name=f"{self.agent_id}-flush"),
         ]
+        for task in self._loops:
+            task.add_done_callback(self._loop_ended)
+        self._start_flusher()
         logger.info("agent %s started on %s", self.agent_id, self.dispatch_stream)
 
     async def run(self) -> None:
@@ -150,19 +156,39 @@ class AgentBase(abc.ABC):
         if self._stopping:
             return
         self._stopping = True
-        for task in self._tasks:
-            if task.get_name().endswith(("-read", "-heartbeat", "-reclaim")):
-                task.cancel()
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
         running = [entry.task for entry in self._running.values()]
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
-        await self._outbox.join()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._outbox.put_nowait((None, _STOP_FLUSHING))
+        if self._flusher is None or self._flusher.done():
+            self._start_flusher()
+        assert self._flusher is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(self._flusher), self.settings.stop_flush_s)
+        except TimeoutError:
+            logger.error("agent %s: results still unsent after %.0f s", self.agent_id,
+                         self.settings.stop_flush_s)  # fmt: skip
+            self._flusher.cancel()
         await self.close_backend()
         self._stopped.set()
+
+    def _start_flusher(self) -> None:
+        self._flusher = asyncio.create_task(self._flush_loop(), name=f"{self.agent_id}-flush")
+        self._flusher.add_done_callback(self._loop_ended)
+
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        """A loop must only end when the agent stops; log (and restart the flusher) otherwise."""
+        if task.cancelled() or (self._stopping and task is self._flusher):
+            return
+        error = task.exception()
+        logger.error("agent %s: loop %s ended: %r", self.agent_id, task.get_name(), error,
+                     exc_info=error)  # fmt: skip
+        if task is self._flusher and not self._stopping:
+            self._start_flusher()
 
     # ----- handling deliveries -----------------------------------------------------------
 
@@ -292,28 +318,35 @@ class AgentBase(abc.ABC):
                 await self.handle(delivery)
 
     async def _flush_loop(self) -> None:
-        """Publish a batch of results and ack their entries together (never ack before send)."""
+        """Publish a batch of results and ack their entries together (never ack before send).
+
+        Ends after flushing everything queued before the stop marker ``stop()`` enqueues.
+        """
         while True:
             batch = [await self._outbox.get()]
             while not self._outbox.empty():
                 batch.append(self._outbox.get_nowait())
-            results = [result for result, _ in batch if result is not None]
-            entry_ids = [entry_id for _, entry_id in batch]
+            stopping = any(entry_id == _STOP_FLUSHING for _, entry_id in batch)
+            work = [(r, entry_id) for r, entry_id in batch if entry_id != _STOP_FLUSHING]
+            results = [result for result, _ in work if result is not None]
+            entry_ids = [entry_id for _, entry_id in work]
             backoff = 0.05
-            while True:
+            while work:
                 try:
                     await self.transport.publish_and_ack(
                         self.events_stream, results, self.dispatch_stream, AGENT_GROUP, entry_ids
                     )
                     break
                 except asyncio.CancelledError:
+                    for item in work:  # keep them for whoever flushes next
+                        self._outbox.put_nowait(item)
                     raise
                 except Exception:
                     logger.exception("publishing %d results failed; retrying", len(results))
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 2.0)
-            for _ in batch:
-                self._outbox.task_done()
+            if stopping:
+                return
 
     def heartbeat(self) -> Heartbeat:
         return Heartbeat(

@@ -4,11 +4,13 @@ Migrates, creates the ``admin`` superuser (password generated once, kept in var/
 API key, and the ``demo`` job with an API key (keys kept in var/ so later runs reprint them), a
 CPU pool and a sample tool, prints where everything is, then serves the ASGI app on
 127.0.0.1:8000 in-process.
-Until the scheduler issue lands, submitted actions stay queued.
+With the server it runs the embedded runtime (a scheduler service per pool, a local CPU agent,
+an API agent; in-process transport) and a live demo workload of real sandboxed actions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from apps.resources.models import PoolKind, ResourcePool, Tool
 
 ADMIN_USERNAME = "admin"
 DEMO_JOB = "demo"
+DEMO_POOL = "cpu-local"
 
 
 def _kept_secret(path: Path, make: Any) -> tuple[str, bool]:
@@ -57,6 +60,38 @@ def _kept_key(path: Path, *, job: Job | None, user: User | None, created_by: Use
     return raw_key
 
 
+async def serve_embedded(*, host: str, port: int, var_dir: Path, workload: bool) -> None:
+    """The web app, the runtime and the demo workload in one event loop until Ctrl-C."""
+    import uvicorn
+
+    from apps.actions.demo_workload import DemoWorkload
+    from apps.actions.runtime import EmbeddedRuntime
+    from apps.dashboard.publish import apublish
+
+    runtime = EmbeddedRuntime(
+        work_root=var_dir / "sandboxes",
+        publish_snapshot=lambda pool, snapshot: apublish(f"pool:{pool}", snapshot),
+    )
+    await runtime.start()
+    stop = asyncio.Event()
+    tasks = []
+    if workload:
+        job, pool = await asyncio.to_thread(
+            lambda: (Job.objects.get(name=DEMO_JOB), ResourcePool.objects.get(name=DEMO_POOL))
+        )
+        demo = DemoWorkload(job=job, pool=pool, projects_dir=var_dir / "demo-projects")
+        tasks.append(asyncio.create_task(demo.run(stop)))
+    config = uvicorn.Config(
+        "controlplane.asgi:application", host=host, port=port, log_level="info", lifespan="off"
+    )
+    try:
+        await uvicorn.Server(config).serve()
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await runtime.stop()
+
+
 class Command(BaseCommand):
     help = "Set up and serve the embedded Loom demo on http://127.0.0.1:8000"
 
@@ -64,6 +99,9 @@ class Command(BaseCommand):
         parser.add_argument("--no-serve", action="store_true", help="set up and print, no server")
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument(
+            "--no-workload", action="store_true", help="serve and schedule, but submit nothing"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
@@ -72,14 +110,13 @@ class Command(BaseCommand):
         base = f"http://{options['host']}:{options['port']}"
         self._print_summary(base, password, raw_key, staff_key)
         if not options["no_serve"]:
-            import uvicorn
-
-            uvicorn.run(
-                "controlplane.asgi:application",
-                host=options["host"],
-                port=options["port"],
-                log_level="info",
-                lifespan="off",
+            asyncio.run(
+                serve_embedded(
+                    host=options["host"],
+                    port=options["port"],
+                    var_dir=var_dir,
+                    workload=not options["no_workload"],
+                )
             )
 
     @transaction.atomic
@@ -102,17 +139,20 @@ class Command(BaseCommand):
         staff_key = _kept_key(var_dir / "admin_api_key", job=None, user=admin, created_by=admin)
 
         pool, _ = ResourcePool.objects.get_or_create(
-            name="cpu-local", defaults={"kind": PoolKind.CPU, "description": "this machine"}
+            name=DEMO_POOL, defaults={"kind": PoolKind.CPU, "description": "this machine"}
         )
         Tool.objects.get_or_create(
             name="python",
             defaults={
                 "pool": pool,
-                "command_template": "python -c {code}",
+                "command_template": (
+                    "python3 -c \"import os; print('ran on cores', "
+                    "sorted(os.sched_getaffinity(0)), 'dop={dop}')\""
+                ),
                 "resource_template": {"cpu": {"min": 1, "max": 4}},
                 "elasticity": {"resource": "cpu", "efficiency": [1.0, 0.9, 0.8, 0.7]},
                 "timeout_s": 60.0,
-                "description": "run a Python snippet in a sandbox",
+                "description": "print the cores the sandbox runs on (elastic: {dop} cores)",
             },
         )
         return password, raw_key, staff_key
@@ -139,7 +179,8 @@ class Command(BaseCommand):
                     "  submit an action:",
                     f"    {curl}",
                     "",
-                    "  Actions stay queued until the scheduler (a later issue) runs them.",
+                    "  A live workload of AI-coding trajectories runs on this machine's cores",
+                    "  (test suites as elastic reward actions); watch it in the API or the admin.",
                     line,
                 ]
             )
