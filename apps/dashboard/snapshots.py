@@ -159,9 +159,10 @@ def pool_capacity(pool: ResourcePool) -> dict[str, Any]:
     ):
         held_cores += _held_count(allocation, "cpu")
         held_gpus += _held_count(allocation, "gpu")
-    quota_limit = int(
-        ApiQuota.objects.filter(pool=pool).aggregate(total=Sum("concurrency_limit"))["total"] or 0
-    )
+    quota_limit = 0
+    if pool.kind == PoolKind.API:
+        quotas = ApiQuota.objects.filter(pool=pool).aggregate(total=Sum("concurrency_limit"))
+        quota_limit = int(quotas["total"] or 0)
     return {
         "online_nodes": int(totals["nodes"] or 0),
         "cores_total": int(totals["cores"] or 0),

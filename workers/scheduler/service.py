@@ -484,7 +484,7 @@ class SchedulerService:
             limits = await asyncio.to_thread(self.store.api_limits, self.config.pool)
             return BasicTopology(
                 {
-                    name: BasicLimit(concurrency=c, quota=q, period=p)
+                    name: BasicLimit(concurrency=c, quota=q, period_s=p or 60.0)
                     for name, (c, q, p) in limits.items()
                 }
             )
