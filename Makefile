@@ -1,13 +1,18 @@
 # Loom: `make demo` runs the embedded control plane; `make test` runs the whole suite.
-# Neither relies on anything installed by hand: both create .venv and install from requirements/.
+# Neither relies on anything installed by hand: both create .venv and install from requirements/,
+# build the dashboard with npm, and (test) install Chromium and Docker from Debian's packages.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+NODE_STAMP := frontend/node_modules/.installed
+DIST := frontend/dist/index.html
+FRONTEND_SOURCES := $(shell find frontend/src -type f 2>/dev/null) frontend/index.html \
+	frontend/vite.config.ts frontend/tsconfig.json
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/loom
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: demo test lint bench venv test-postgres test-sqlite
+.PHONY: demo test lint bench venv frontend frontend-test system-deps test-postgres test-sqlite
 
 $(STAMP): requirements/base.txt requirements/dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -18,7 +23,34 @@ $(STAMP): requirements/base.txt requirements/dev.txt
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+$(NODE_STAMP): frontend/package.json frontend/package-lock.json
+	cd frontend && npm install --no-audit --no-fund
+	touch $@
+
+$(DIST): $(NODE_STAMP) $(FRONTEND_SOURCES)
+	cd frontend && npm run build
+
+frontend: $(DIST)
+
+frontend-test: $(NODE_STAMP)
+	cd frontend && npm test
+
+# Browser tests drive Debian's Chromium; Docker tests start their own dockerd. Both skip with the
+# reason printed when these cannot be installed (no root, no apt).
+system-deps:
+	@missing=""; \
+	test -x /usr/bin/chromium || missing="$$missing chromium"; \
+	command -v dockerd >/dev/null || missing="$$missing docker.io"; \
+	command -v busybox >/dev/null || missing="$$missing busybox-static"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null \
+	      || echo "apt-get install$$missing failed: the tests needing them will skip"; \
+	  else echo "cannot install$$missing: the tests needing them will skip"; fi; \
+	fi
+
+demo: $(STAMP) $(DIST)
 	$(PY) manage.py demo
 
 lint: $(STAMP)
@@ -26,13 +58,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy .
 
-test-postgres: $(STAMP)
+test-postgres: $(STAMP) $(DIST) system-deps
 	DATABASE_URL=$(POSTGRES_URL) $(VENV)/bin/pytest --create-db
 
-test-sqlite: $(STAMP)
+test-sqlite: $(STAMP) $(DIST)
 	DATABASE_URL= $(VENV)/bin/pytest --create-db -m "not e2e and not docker" tests/apps
 
-test: lint test-postgres test-sqlite
+test: lint frontend-test test-postgres test-sqlite
 
 bench: $(STAMP)
 	$(PY) -m bench all --quick

@@ -1,5 +1,7 @@
-"""Websocket routes. The dashboard issue adds its multiplexed consumer at ``/ws/`` here."""
+"""Websocket routes: the dashboard's one multiplexed consumer at ``/ws/``."""
 
 from django.urls import URLPattern, URLResolver
 
-websocket_urlpatterns: list[URLPattern | URLResolver] = []
+from apps.dashboard.routing import websocket_urlpatterns as dashboard_routes
+
+websocket_urlpatterns: list[URLPattern | URLResolver] = [*dashboard_routes]

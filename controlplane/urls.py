@@ -3,7 +3,6 @@
 from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
 from django.urls import URLPattern, URLResolver, include, path
-from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 
@@ -24,10 +23,11 @@ api_v1: list[URLPattern | URLResolver] = [
 ]
 
 urlpatterns = [
-    path("", RedirectView.as_view(url="/api/v1/docs/", permanent=False)),
     path("healthz", health, name="health"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
+    path("", include("apps.metrics.urls")),
+    path("", include("apps.dashboard.urls")),  # the dashboard owns "/"
 ]
 
 handler404 = "controlplane.api.errors.not_found_view"

@@ -21,8 +21,6 @@ from apps.resources.models import ResourcePool
 from workers.transport import ActionsCancelled, ActionsSubmitted, Message, StreamNames
 from workers.transport.messages import encode_json
 
-_STREAMS = StreamNames()
-
 
 @functools.cache
 def _redis_client(url: str) -> redis.Redis:
@@ -36,11 +34,11 @@ def _pool_names(pool_ids: Iterable[int]) -> dict[int, str]:
 def publish(pool: str, message: Message) -> None:
     from apps.actions.runtime import current_runtime
 
-    stream = _STREAMS.events(pool)
     runtime = current_runtime()
     if runtime is not None:
-        runtime.publish_threadsafe(stream, message)
+        runtime.publish_threadsafe(runtime.streams.events(pool), message)
     elif settings.REDIS_URL:
+        stream = StreamNames(prefix=getattr(settings, "LOOM_STREAM_PREFIX", "loom")).events(pool)
         _redis_client(settings.REDIS_URL).xadd(stream, {"m": encode_json(message)})
 
 

@@ -64,6 +64,7 @@ class LabConfig:
     group_size: int = 8
     rl_learning_rate: float = 3e-4
     budget_target_multiple: float = 1.5
+    fixed_budget_multiple: float | None = None  # set: M_total = multiple·N·M every step
     distribution_samples: int = 4
     threads: int = 1
 
@@ -147,7 +148,14 @@ class _DartsShaper:
             darts = DartsConfig(
                 group_size=c.group_size, trade_off=self.trade_off, tail_pruning=self.tail_pruning
             )
-        plan = plan_batch(stds, config=darts, rho=self.moments.rho, cost_slope=slope)
+        fixed = (
+            None
+            if c.fixed_budget_multiple is None
+            else round(c.fixed_budget_multiple * len(prompts) * c.group_size)
+        )
+        plan = plan_batch(
+            stds, config=darts, rho=self.moments.rho, cost_slope=slope, total_budget=fixed
+        )
         return plan.total_budget, plan.group_rollouts(darts)
 
     def observe(self, prompts: list[Prompt], outputs: list[list[GeneratedSample]]) -> None:

@@ -46,9 +46,12 @@ INSTALLED_APPS = [
     "apps.actions",
     "apps.policies",
     "apps.buffers",
+    "apps.dashboard",
+    "apps.metrics",
 ]
 
 MIDDLEWARE = [
+    "apps.metrics.middleware.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -88,8 +91,6 @@ if (
     and DATABASES["default"]["NAME"] != ":memory:"
 ):
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
-    # Wait for the single writer instead of failing at once (embedded mode, several threads).
-    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -103,6 +104,9 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
+# The dashboard's built frontend (make demo / make test run `npm ci && npm run build` first).
+STATICFILES_DIRS = [BASE_DIR / "frontend" / "dist"]
+LOGIN_URL = "/login/"
 STATIC_ROOT: Path | None = (
     None  # prod sets it (collectstatic); dev serves from the apps via WhiteNoise
 )
@@ -138,6 +142,10 @@ else:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = False
 CELERY_RESULT_BACKEND = None
+CELERY_BEAT_SCHEDULE = {
+    "metrics-rollup": {"task": "metrics.rollup", "schedule": 10.0},
+    "metrics-prune": {"task": "metrics.prune", "schedule": 3600.0},
+}
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = TIME_ZONE

@@ -8,6 +8,7 @@ from typing import Any
 from workers.algorithms.tangram import ActionSpec, Assignment, Elasticity, ResourceDemand
 from workers.scheduler.records import ActionRecord
 from workers.transport import ApiRequestSpec, Dispatch
+from workers.transport.messages import ActionKind as DispatchKind
 
 
 def spec_id(action_id: int) -> str:
@@ -63,7 +64,20 @@ def allocation_json(assignment: Assignment) -> dict[str, Any]:
     }
 
 
+def dispatch_kind(record: ActionRecord) -> DispatchKind:
+    """``noop`` for a CPU action with nothing to run (no command, no tool command template).
+
+    Such an action holds its allocation for no time: the agent answers it inline, without a
+    process. It is how the control plane's own overhead is measured (``bench/overhead.py``), and it
+    keeps a command-less submission from ever reaching an executor that needs a command.
+    """
+    if record.kind == "cpu" and not (record.command or "").strip():
+        return "noop"
+    return record.kind
+
+
 def dispatch_for(record: ActionRecord, *, attempt: int, cores: tuple[int, ...]) -> Dispatch:
+    kind = dispatch_kind(record)
     api = None
     if record.kind == "api":
         request = record.api_request or {}
@@ -79,11 +93,13 @@ def dispatch_for(record: ActionRecord, *, attempt: int, cores: tuple[int, ...]) 
         action_id=spec_id(record.action_id),
         attempt=attempt,
         job_id=str(record.job_id),
-        kind=record.kind,
+        kind=kind,
         trajectory_id=str(record.trajectory_id) if record.trajectory_id is not None else None,
-        command=record.command if record.kind == "cpu" else None,
+        command=record.command if kind == "cpu" else None,
         cores=cores,
-        memory_mb=int(memory.get("max", memory.get("min", 0))) if isinstance(memory, dict) else 0,
+        memory_mb=int(memory.get("max", memory.get("min", 0)) or 0)
+        if isinstance(memory, dict)
+        else 0,
         timeout_s=record.timeout_s,
         env=dict(record.env),
         api=api,

@@ -53,6 +53,7 @@ class AgentSettings:
     read_count: int = 128
     read_block_ms: int = 1_000
     remember_cancelled: int = 10_000
+    remember_finished: int = 100_000
     stop_flush_s: float = 30.0
 
 
@@ -88,6 +89,9 @@ class AgentBase(abc.ABC):
         self.events_stream = self.streams.events(pool)
         self._running: dict[str, _Running] = {}
         self._cancelled: OrderedDict[str, None] = OrderedDict()
+        # Keys (action:attempt) that ended here: a scheduler restarted after a crash re-dispatches
+        # what it had recorded as scheduled with the same attempt; that copy must not run again.
+        self._finished: OrderedDict[str, None] = OrderedDict()
         self._ending_trajectories: set[str] = set()
         self._outbox: asyncio.Queue[tuple[ActionResult | None, str]] = asyncio.Queue()
         self._loops: list[asyncio.Task[None]] = []
@@ -208,8 +212,13 @@ class AgentBase(abc.ABC):
             await self._outbox.put((None, delivery.entry_id))
 
     async def _on_dispatch(self, dispatch: Dispatch, delivery: Delivery) -> None:
-        if dispatch.key in self._running:
-            return  # our own entry came back through reclaim: it is running here
+        running = self._running.get(dispatch.key)
+        if running is not None or dispatch.key in self._finished:
+            # Our own entry back through reclaim (it runs here), or a duplicate of an attempt that
+            # runs or already ended here (re-dispatched by a restarted scheduler): run it once.
+            if running is None or running.entry_id != delivery.entry_id:
+                await self._outbox.put((None, delivery.entry_id))
+            return
         if delivery.delivery_count > 1:
             await self.clean_lost_attempt(dispatch)
             if not dispatch.retry_on_redelivery:
@@ -230,6 +239,11 @@ class AgentBase(abc.ABC):
             return
         task = asyncio.create_task(self._run_one(dispatch, delivery.entry_id))
         self._running[dispatch.key] = _Running(dispatch, delivery.entry_id, task)
+
+    def _remember_finished(self, key: str) -> None:
+        self._finished[key] = None
+        while len(self._finished) > self.settings.remember_finished:
+            self._finished.popitem(last=False)
 
     def _on_cancel(self, cancel: Cancel) -> None:
         key = cancel.action_id if cancel.attempt is None else f"{cancel.action_id}:{cancel.attempt}"
@@ -283,6 +297,7 @@ class AgentBase(abc.ABC):
             result = self._ended(dispatch, "failed", REASON_INFRA_ERROR, started, time.time())
             result = ActionResult(**{**result.__dict__, "output": f"{type(exc).__name__}: {exc}"})
         self._running.pop(dispatch.key, None)
+        self._remember_finished(dispatch.key)
         await self._outbox.put((result, entry_id))
         trajectory = dispatch.trajectory_id
         if (

@@ -273,7 +273,7 @@ def _layer_paper(
 
 def _solve_items(
     bounds: np.ndarray, lengths: np.ndarray, workers: Sequence[WorkerCost]
-) -> tuple[list[int], float]:
+) -> tuple[list[int], float, list[float]]:
     """Formula 3 over items (``bounds`` = item boundaries in the sorted order) → group bounds in
     items, makespan.
 
@@ -296,17 +296,19 @@ def _solve_items(
         layers.append(after)
     layers.reverse()  # layers[k][j]: best makespan of items j.. on workers k..
     cuts = [0]
+    costs = []
     start = 0
     for k, worker in enumerate(workers):
         target = layers[k][start] * (1 + 1e-9)
         ends = np.arange(start, n + 1)
-        cost = worker.cost(lengths, prefix, np.full_like(ends, bounds[start]), bounds[ends])
+        cost = worker.cost_from(lengths, prefix, np.full_like(ends, bounds[start]))(bounds[ends])
         feasible = (cost <= target) & (layers[k + 1][start:] <= target)
         choices = np.nonzero(feasible)[0]
-        end = int(ends[choices[-1]]) if len(choices) else n
-        cuts.append(end)
-        start = end
-    return cuts, float(layers[0][0])
+        choice = int(choices[-1]) if len(choices) else n - start
+        cuts.append(start + choice)
+        costs.append(float(cost[choice]))
+        start += choice
+    return cuts, float(layers[0][0]), costs
 
 
 def place_trajectories(
@@ -328,19 +330,16 @@ def place_trajectories(
         return Placement(order, tuple([0] * k_workers), np.zeros(0, dtype=np.int64), 0.0, 0)
     sorted_lengths = lengths[order]
     bounds = aggregate_sorted(sorted_lengths, threshold=aggregation_threshold, max_items=max_items)
-    cuts, optimum = _solve_items(bounds, sorted_lengths, workers)
+    cuts, optimum, group_costs = _solve_items(bounds, sorted_lengths, workers)
     if not np.isfinite(optimum):
         raise ValueError(f"the workers' group limits cannot hold {n} trajectories")
     traj_bounds = bounds[np.asarray(cuts)]
     group_sizes = tuple(int(s) for s in np.diff(traj_bounds))
     assignment = np.empty(n, dtype=np.int64)
     assignment[order] = np.repeat(np.arange(k_workers), group_sizes)
-    prefix = np.concatenate([[0.0], np.cumsum(sorted_lengths)])
-    group_costs = tuple(
-        float(w.cost(sorted_lengths, prefix, traj_bounds[k : k + 1], traj_bounds[k + 1 : k + 2])[0])
-        for k, w in enumerate(workers)
+    return Placement(
+        order, group_sizes, assignment, max(group_costs), len(bounds) - 1, tuple(group_costs)
     )
-    return Placement(order, group_sizes, assignment, max(group_costs), len(bounds) - 1, group_costs)
 
 
 def homogeneous_workers(worker: WorkerCost, count: int) -> list[WorkerCost]:

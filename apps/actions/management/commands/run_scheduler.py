@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from apps.actions.scheduler_store import DjangoActionStore
 from apps.dashboard.publish import apublish
 from workers.scheduler import SchedulerService, ServiceConfig
-from workers.transport import RedisStreamsTransport
+from workers.transport import RedisStreamsTransport, StreamNames
 
 
 class Command(BaseCommand):
@@ -24,7 +24,18 @@ class Command(BaseCommand):
         parser.add_argument("--pool", required=True, help="resource pool name")
         parser.add_argument("--instance", default=socket.gethostname(), help="consumer name")
         parser.add_argument("--max-attempts", type=int, default=3)
-        parser.add_argument("--heartbeat-timeout", type=float, default=15.0)
+        parser.add_argument("--heartbeat-timeout", type=float, default=15.0, help="seconds")
+        parser.add_argument(
+            "--result-grace",
+            type=float,
+            default=30.0,
+            help="seconds past an action's timeout before a silent agent's action is timed out",
+        )
+        parser.add_argument(
+            "--stream-prefix",
+            default=None,
+            help="key prefix of the streams (default: settings.LOOM_STREAM_PREFIX or 'loom')",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if not settings.REDIS_URL:
@@ -40,18 +51,21 @@ class Command(BaseCommand):
             instance=options["instance"],
             max_attempts=options["max_attempts"],
             heartbeat_timeout_s=options["heartbeat_timeout"],
+            result_grace_s=options["result_grace"],
         )
+        prefix = options["stream_prefix"] or getattr(settings, "LOOM_STREAM_PREFIX", "loom")
         try:
-            asyncio.run(self._serve(config))
+            asyncio.run(self._serve(config, StreamNames(prefix=prefix)))
         except LookupError as exc:
             raise CommandError(str(exc)) from exc
 
-    async def _serve(self, config: ServiceConfig) -> None:
+    async def _serve(self, config: ServiceConfig, streams: StreamNames) -> None:
         transport = RedisStreamsTransport(settings.REDIS_URL)
         service = SchedulerService(
             config=config,
             transport=transport,
             store=DjangoActionStore(),
+            streams=streams,
             publish_snapshot=lambda pool, snapshot: apublish(f"pool:{pool}", snapshot),
         )
         stop = asyncio.Event()
