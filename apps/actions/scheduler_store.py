@@ -11,7 +11,7 @@ import datetime as dt
 import functools
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from django.db import connection, transaction
 from django.db.models import Q
@@ -110,7 +110,7 @@ class DjangoActionStore:
 
     def load_nodes(self, pool: str) -> list[NodeRegister]:
         nodes = Node.objects.filter(pool__name=pool).exclude(status=NodeStatus.OFFLINE)
-        kind = "api" if self.pool_kind(pool) == PoolKind.API else "cpu"
+        kind: Literal["cpu", "api"] = "api" if self.pool_kind(pool) == PoolKind.API else "cpu"
         registers = []
         for node in nodes:
             self._node_ids[node.name] = node.pk

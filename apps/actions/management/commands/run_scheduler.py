@@ -60,6 +60,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
 
     async def _serve(self, config: ServiceConfig, streams: StreamNames) -> None:
+        assert settings.REDIS_URL is not None  # checked in handle()
         transport = RedisStreamsTransport(settings.REDIS_URL)
         service = SchedulerService(
             config=config,

@@ -67,12 +67,15 @@ async def serve_embedded(*, host: str, port: int, var_dir: Path, workload: bool)
     from apps.actions.demo_workload import DemoWorkload
     from apps.actions.runtime import EmbeddedRuntime
     from apps.dashboard.publish import apublish
+    from apps.metrics.embedded import RollupThread
 
     runtime = EmbeddedRuntime(
         work_root=var_dir / "sandboxes",
         publish_snapshot=lambda pool, snapshot: apublish(f"pool:{pool}", snapshot),
     )
     await runtime.start()
+    rollups = RollupThread()  # no Celery beat in the embedded mode: history is written here
+    rollups.start()
     stop = asyncio.Event()
     tasks = []
     if workload:
@@ -90,6 +93,7 @@ async def serve_embedded(*, host: str, port: int, var_dir: Path, workload: bool)
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
         await runtime.stop()
+        rollups.stop()
 
 
 class Command(BaseCommand):
@@ -170,6 +174,7 @@ class Command(BaseCommand):
                     line,
                     "Loom embedded control plane (SQLite, in-process transport, eager Celery)",
                     line,
+                    f"  dashboard    {base}/   (log in as {ADMIN_USERNAME})",
                     f"  API docs     {base}/api/v1/docs/",
                     f"  OpenAPI      {base}/api/v1/schema/",
                     f"  admin        {base}/admin/   user {ADMIN_USERNAME}   password {password}",
