@@ -124,12 +124,24 @@ def run(quick: bool) -> BenchReport:
         1.0 - darts["tokens_generated_per_step"] / standard["tokens_generated_per_step"]
     )
     accuracy_delta = darts["heldout_accuracy"] - standard["heldout_accuracy"]
+    versus_standard = {
+        name: {
+            "token_reduction_per_step_at_end": 1.0
+            - values["tokens_generated_per_step"] / standard["tokens_generated_per_step"],
+            "heldout_accuracy_delta_at_end": values["heldout_accuracy"]
+            - standard["heldout_accuracy"],
+            "heldout_mean_length_ratio_at_end": values["heldout_mean_length"]
+            / standard["heldout_mean_length"],
+        }
+        for name, values in summary.items()
+        if name != "standard"
+    }
     lab_json: dict[str, Any] = result.to_json()
     report = BenchReport(
         benchmark=NAME,
         quick=quick,
         params=lab_json.pop("config") | {"parameters": result.parameters},
-        series={"end_of_training": summary, **lab_json},
+        series={"end_of_training": summary, "versus_standard": versus_standard, **lab_json},
     )
     report.targets = [
         Target.at_least("darts_token_reduction_per_step_at_end", token_reduction, 0.2),

@@ -148,7 +148,20 @@ class DjangoActionStore:
     ) -> list[int]:
         table = Action._meta.db_table
         allocated = (ActionStatus.SCHEDULED.value, ActionStatus.RUNNING.value)
+        active = (ActionStatus.QUEUED.value, *allocated)
         with transaction.atomic(), connection.cursor() as cursor:
+            # Requeues first: an action lost and rescheduled in the same batch is requeued,
+            # then scheduled again (the scheduled UPDATE's guard is ``status = queued``).
+            if requeued:
+                cursor.executemany(
+                    f"UPDATE {table} SET status = %s, allocation = NULL, node_id = NULL, "
+                    "scheduled_at = NULL, started_at = NULL, error_reason = %s "
+                    "WHERE id = %s AND status IN (%s, %s)",
+                    [
+                        (ActionStatus.QUEUED.value, u.reason, u.action_id, *allocated)
+                        for u in requeued
+                    ],
+                )
             if scheduled:
                 cursor.executemany(
                     f"UPDATE {table} SET status = %s, allocation = %s, node_id = %s, "
@@ -170,7 +183,7 @@ class DjangoActionStore:
                 cursor.executemany(
                     f"UPDATE {table} SET status = %s, finished_at = %s, started_at = %s, "
                     "exit_code = %s, output = %s, error_reason = %s "
-                    "WHERE id = %s AND status IN (%s, %s)",
+                    "WHERE id = %s AND status IN (%s, %s, %s)",
                     [
                         (
                             u.status,
@@ -180,19 +193,9 @@ class DjangoActionStore:
                             u.output[:OUTPUT_LIMIT_CHARS],
                             u.reason,
                             u.action_id,
-                            *allocated,
+                            *active,  # queued too: a demand the pool can never meet fails
                         )
                         for u in finished
-                    ],
-                )
-            if requeued:
-                cursor.executemany(
-                    f"UPDATE {table} SET status = %s, allocation = NULL, node_id = NULL, "
-                    "scheduled_at = NULL, started_at = NULL, error_reason = %s "
-                    "WHERE id = %s AND status IN (%s, %s)",
-                    [
-                        (ActionStatus.QUEUED.value, u.reason, u.action_id, *allocated)
-                        for u in requeued
                     ],
                 )
             ended = [u.action_id for u in finished]

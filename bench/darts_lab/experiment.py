@@ -5,7 +5,9 @@ The standard arm draws M samples per prompt and keeps them all. The DARTS arm as
 algorithms package (workers.algorithms.darts) for the budget and allocation, streams finished
 samples into one GroupRollout per prompt (aborting what early stop prunes), and trains on the kept
 groups (darts §4, Alg. 1–2). A third arm, ``darts_no_pruning``, is DARTS with dual-end selection
-for every prompt (no tail pruning, no early stop), to separate the two mechanisms.
+for every prompt (no tail pruning, no early stop), to separate the two mechanisms; a fourth,
+``darts_budget_1.5NM``, fixes M_total at the 1.5·N·M the paper reports as the usual solved budget
+(App. B) instead of following Eq. 9 every step.
 """
 
 from __future__ import annotations
@@ -46,6 +48,15 @@ from workers.algorithms.darts import (
     smoothed_stds,
 )
 
+# arm -> None (standard GRPO) or (tail pruning on?, fixed budget as a multiple of N·M or None for
+# the adaptive App. B budget)
+ARMS: dict[str, tuple[bool, float | None] | None] = {
+    "standard": None,
+    "darts": (True, None),
+    "darts_no_pruning": (False, None),
+    "darts_budget_1.5NM": (True, 1.5),
+}
+
 
 @dataclass(frozen=True)
 class LabConfig:
@@ -64,7 +75,6 @@ class LabConfig:
     group_size: int = 8
     rl_learning_rate: float = 3e-4
     budget_target_multiple: float = 1.5
-    fixed_budget_multiple: float | None = None  # set: M_total = multiple·N·M every step
     distribution_samples: int = 4
     threads: int = 1
 
@@ -110,9 +120,12 @@ def _p99(values: Iterable[float]) -> float:
 class _DartsShaper:
     """Per-arm DARTS state: variance history, length moments and the calibrated λ."""
 
-    def __init__(self, config: LabConfig, tail_pruning: bool) -> None:
+    def __init__(
+        self, config: LabConfig, tail_pruning: bool, fixed_budget_multiple: float | None
+    ) -> None:
         self.config = config
         self.tail_pruning = tail_pruning
+        self.fixed_budget_multiple = fixed_budget_multiple
         self.store = InMemoryLengthVarianceStore()
         self.moments = LengthMomentsEMA()
         self.trade_off: float | None = None
@@ -150,8 +163,8 @@ class _DartsShaper:
             )
         fixed = (
             None
-            if c.fixed_budget_multiple is None
-            else round(c.fixed_budget_multiple * len(prompts) * c.group_size)
+            if self.fixed_budget_multiple is None
+            else round(self.fixed_budget_multiple * len(prompts) * c.group_size)
         )
         plan = plan_batch(
             stds, config=darts, rho=self.moments.rho, cost_slope=slope, total_budget=fixed
@@ -183,7 +196,9 @@ def _rollout(
         return sum(counts), outputs, [list(range(config.group_size)) for _ in prompts]
     budget, groups = shaper.plan(prompts)
 
-    def on_finished(prompt_index: int, sample: int, length: int, truncated: bool) -> list:
+    def on_finished(
+        prompt_index: int, sample: int, length: int, truncated: bool
+    ) -> list[tuple[int, int]]:
         decision = groups[prompt_index].sample_finished(sample, length, truncated)
         return [(prompt_index, s) for s in decision.abort]
 
@@ -210,7 +225,12 @@ def run_arm(
     sampling = torch.Generator().manual_seed(config.seed + 2)
     evaluation = torch.Generator().manual_seed(config.seed + 3)
     order_rng = np.random.default_rng(config.seed + 4)
-    shaper = None if arm == "standard" else _DartsShaper(config, tail_pruning=arm == "darts")
+    settings = ARMS[arm]
+    shaper = (
+        None
+        if settings is None
+        else _DartsShaper(config, tail_pruning=settings[0], fixed_budget_multiple=settings[1])
+    )
     order: list[int] = []
     records: list[StepRecord] = []
     started = time.perf_counter()
@@ -328,10 +348,7 @@ class LabResult:
         }
 
 
-ARMS = ("standard", "darts", "darts_no_pruning")
-
-
-def run_lab(config: LabConfig, arms: tuple[str, ...] = ARMS) -> LabResult:
+def run_lab(config: LabConfig, arms: tuple[str, ...] = tuple(ARMS)) -> LabResult:
     """Warm up one model, then train every arm from that same state and seed."""
     torch.set_num_threads(config.threads)
     rng = np.random.default_rng(config.seed)

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from bench.darts_dynamics import end_of_training
-from bench.darts_lab.experiment import LabConfig, run_lab
+from bench.darts_lab.experiment import ARMS, LabConfig, run_lab
 from bench.darts_lab.model import ModelConfig, TinyCausalLM
 from bench.darts_lab.rollout import generate
 from bench.darts_lab.task import (
@@ -85,7 +85,7 @@ def test_generation_shapes_and_abort_hook():
 
 def test_tiny_lab_runs_both_arms():
     result = run_lab(TINY)
-    assert set(result.arms) == {"standard", "darts", "darts_no_pruning"}
+    assert set(result.arms) == set(ARMS)
     assert all(math.isfinite(loss) for loss in result.warmup_losses)
     for name, arm in result.arms.items():
         assert len(arm.steps) == TINY.rl_steps

@@ -7,6 +7,7 @@ store and a real local-backend agent executing shell commands on this machine's 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from apps.actions.runtime import EmbeddedRuntime
 from apps.resources.models import PoolKind
 from controlplane.asgi import application
 from tests.factories import JobFactory, PoolFactory, ToolFactory, make_key
+from workers.transport.messages import DEFAULT_OUTPUT_CAP_BYTES
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -99,3 +101,42 @@ async def test_cancel_stops_a_running_action(loom: Any) -> None:
     assert service.scheduler.running_count == 0
     row = await asyncio.to_thread(Action.objects.get, pk=action.id)
     assert row.status == "cancelled"
+
+
+async def test_oversized_output_and_orphaned_children_end_cleanly(loom: Any) -> None:
+    """Through the whole path: output beyond the cap is cut with a reason; a command that forks
+    and leaves children ends, and nothing it started is left running."""
+    client, runtime = loom
+    marker = f"60.{uuid.uuid4().int % 10**9:09d}"  # a sleep duration no other process uses
+    big, forking = await client.submit_batch(
+        [
+            {"command": "head -c 300000 /dev/zero | tr '\\0' x", "demand": {"cpu": 1}},
+            {
+                "command": f"(sleep {marker} &) ; (sleep {marker} &) ; echo parent-done",
+                "demand": {"cpu": 1},
+            },
+        ]
+    )
+    big_done = await client.result(big.id, timeout=60)
+    assert big_done.status == "succeeded", big_done.error_reason
+    assert "output_truncated" in big_done.error_reason
+    assert 0 < len(big_done.output) <= DEFAULT_OUTPUT_CAP_BYTES
+    forked = await client.result(forking.id, timeout=60)
+    assert forked.output.strip() == "parent-done"
+    assert forked.status == "succeeded", forked.error_reason
+    assert _sleeps_for(marker) == []
+    assert runtime.services["cpu"].scheduler.running_count == 0
+
+
+def _sleeps_for(duration: str) -> list[int]:
+    """Live ``sleep DURATION`` processes (a /proc scan)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[:2] == [b"sleep", duration.encode()]:
+                found.append(int(entry.name))
+    return found

@@ -146,7 +146,9 @@ def cluster(redis_url: str, postgres_url: str, tmp_path: Path) -> Iterator[Clust
     PoolFactory.create(name=pool, kind=PoolKind.CPU)
     running = Cluster(redis_url=redis_url, database_url=postgres_url, work=tmp_path, pool=pool)
     try:
-        yield running
+        # The API side announces submissions to the pool's scheduler over Redis, as in production.
+        with override_settings(REDIS_URL=redis_url, LOOM_STREAM_PREFIX=running.prefix):
+            yield running
     finally:
         running.stop_all()
         for pid in leftover_processes(f"{pool}-"):  # what a SIGKILLed agent left running
@@ -178,22 +180,21 @@ def _statuses(ids: list[int]) -> dict[int, str]:
 def test_scheduler_killed_mid_run_loses_nothing_and_runs_nothing_twice(cluster: Cluster) -> None:
     node = f"{cluster.pool}-n1"
     runs = cluster.work / "runs.log"
-    with override_settings(REDIS_URL=cluster.redis_url, LOOM_STREAM_PREFIX=cluster.prefix):
-        cluster.start_scheduler()
-        cluster.start_agent(node, "0,1")
-        commands = [f"sleep 0.3; echo tok-{i} >> {runs}" for i in range(16)]
-        ids = _submit(cluster.pool, commands[:8])
-        # Mid-run: some ended, some scheduled or running, some still queued.
-        _wait(lambda: runs.exists() and len(runs.read_text().split()) >= 2, 30, "2 ended", cluster)
-        cluster.kill("scheduler")
-        ids += _submit(cluster.pool, commands[8:])  # announced while no scheduler reads
-        time.sleep(0.7)  # the agent finishes what it holds; its results wait in the stream
-        cluster.start_scheduler()
+    cluster.start_scheduler()
+    cluster.start_agent(node, "0,1")
+    commands = [f"sleep 0.3; echo tok-{i} >> {runs}" for i in range(16)]
+    ids = _submit(cluster.pool, commands[:8])
+    # Mid-run: some ended, some scheduled or running, some still queued.
+    _wait(lambda: runs.exists() and len(runs.read_text().split()) >= 2, 30, "2 ended", cluster)
+    cluster.kill("scheduler")
+    ids += _submit(cluster.pool, commands[8:])  # announced while no scheduler reads
+    time.sleep(0.7)  # the agent finishes what it holds; its results wait in the stream
+    cluster.start_scheduler()
 
-        def all_ended() -> bool:
-            return all(s in TERMINAL_STATUSES for s in _statuses(ids).values())
+    def all_ended() -> bool:
+        return all(s in TERMINAL_STATUSES for s in _statuses(ids).values())
 
-        _wait(all_ended, 60, "every action ended", cluster)
+    _wait(all_ended, 60, "every action ended", cluster)
     assert set(_statuses(ids).values()) == {"succeeded"}, cluster.logs()
     tokens = runs.read_text().split()
     assert sorted(tokens) == sorted(f"tok-{i}" for i in range(16)), "an action ran twice or never"

@@ -106,9 +106,12 @@ async def bounded(awaitable: Awaitable[T], what: str, timeout_s: float = 20.0) -
     try:
         return await asyncio.wait_for(awaitable, timeout_s)
     except TimeoutError:
-        for task in asyncio.all_tasks():
-            print(f"--- task {task.get_name()}")
-            task.print_stack(limit=15)
+        loop = asyncio.get_running_loop()
+        for task in list(asyncio.tasks._all_tasks):  # every loop's, done or not
+            here = task.get_loop() is loop
+            print(f"--- task {task.get_name()} this_loop={here} done={task.done()}")
+            if not task.done():
+                task.print_stack(limit=15)
         raise AssertionError(f"{what} did not finish in {timeout_s} s") from None
 
 

@@ -73,7 +73,12 @@ async def running_agent(
     )
     await agent.start()
     yield agent, scheduler
-    await bounded(agent.stop(), "agent.stop()")
+    try:
+        await bounded(agent.stop(), "agent.stop()")
+    except AssertionError:
+        print("loops", agent._loops, "running", agent._running, "outbox", agent._outbox.qsize())
+        print("flusher", agent._flusher, "stopping", agent._stopping)
+        raise
 
 
 @pytest.mark.redis
