@@ -77,7 +77,9 @@ def redis_prefix(label: str) -> Iterator[str]:
         client.close()
 
 
-def django_env(database_url: str, *, redis: str | None = None, prefix: str = "loom") -> dict[str, str]:
+def django_env(
+    database_url: str, *, redis: str | None = None, prefix: str = "loom"
+) -> dict[str, str]:
     """Environment of a child process running Django against the throwaway database."""
     env = dict(os.environ)
     env.update(

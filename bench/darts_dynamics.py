@@ -101,10 +101,11 @@ def plot(result: LabResult) -> dict[str, str]:
         ("heldout_accuracy", "held-out accuracy"),
     ]
     for axis, (field, title) in zip(axes.ravel(), panels, strict=True):
-        for name, arm in result.arms.items():
+        for index, (name, arm) in enumerate(result.arms.items()):
             values = [float(getattr(s, field)) for s in arm.steps]
-            axis.plot(values, alpha=0.25)
-            axis.plot(np.arange(len(_smooth(values))) + 2, _smooth(values), label=name)
+            smoothed = _smooth(values)
+            axis.plot(values, alpha=0.2, color=f"C{index}")
+            axis.plot(np.arange(len(smoothed)) + 2, smoothed, color=f"C{index}", label=name)
         axis.set_title(title)
         axis.set_xlabel("GRPO step")
         axis.legend()

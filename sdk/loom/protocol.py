@@ -53,6 +53,8 @@ def action_payload(
     *,
     command: str | None = None,
     tool: str | None = None,
+    service: str | None = None,
+    pool: str | None = None,
     demand: Mapping[str, Any] | None = None,
     elasticity: Mapping[str, Any] | None = None,
     single_unit_duration_s: float | None = None,
@@ -66,6 +68,8 @@ def action_payload(
     optional = {
         "command": command,
         "tool": tool,
+        "service": service,
+        "pool": pool,
         "demand": dict(demand) if demand is not None else None,
         "elasticity": dict(elasticity) if elasticity is not None else None,
         "single_unit_duration_s": single_unit_duration_s,

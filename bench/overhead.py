@@ -1,0 +1,377 @@
+"""Control-plane overhead per action: submit → result, minus execution, for no-op actions.
+
+Issue 6, "Benchmarks and targets": p50 and p99, single and batched (SDK), at 1, 100 and 1 000 in
+flight, over Redis; baseline: this machine's Celery ``.delay().get()`` round trip on the same
+Redis, measured in the same run. Targets: batched per-action overhead p50 ≤ the Celery round trip
+p50; a single action through the REST API p50 ≤ 5 ms; ≥ 2 000 no-op actions/s through one
+scheduler and one agent.
+
+Processes (all real, all on this machine's loopback): the web app under uvicorn with
+``REDIS_URL`` set (production mode: submissions announced on the pool's Redis stream, results
+woken through Redis pub/sub), ``manage.py run_scheduler --pool cpu``, one ``python -m
+workers.agents.cpu`` agent, PostgreSQL (a throwaway database) and, for the baseline, a ``celery
+worker --pool solo`` with a task that does nothing.
+
+A no-op action is a CPU action without a command (``workers.scheduler.specs.dispatch_kind``): the
+scheduler schedules and records it like any other and the agent answers it inline without a
+process, so what is measured is exactly the control plane. Its demand is ``{"memory_mb": 1}`` —
+it reserves no core, so 1 000 of them can be in flight on this 2-core machine.
+
+Modes:
+
+- ``single@c``: ``c`` concurrent SDK clients, each ``submit()`` then ``result()`` (REST long-poll)
+  one action at a time. Overhead of an action = client-observed submit → result minus its
+  execution (finished − started, taken on the agent).
+- ``batch@k``: ``submit_batch()`` of ``k`` actions, then ``as_completed()`` (one long-poll for all).
+  Per-action overhead of a batch = (batch wall time − summed-nothing) / k, i.e. the amortised cost;
+  the latency of each action in the batch (submit start → its result) is reported too.
+- ``throughput``: ``N`` actions inserted through the actions service, then announced to the
+  scheduler in chunks of 1 000 as the API does; time until all are terminal in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench._execution import (
+    Children,
+    Unavailable,
+    cpu_agent_argv,
+    django_env,
+    percentile,
+    redis_prefix,
+    redis_url,
+    run_child,
+    scheduler_argv,
+    throwaway_database,
+    wait_for,
+)
+from bench.report import BenchReport, Target, plot_path
+
+POOL = "cpu"
+NODE = "overhead-node"
+NOOP = {"demand": {"memory_mb": 1}, "pool": POOL}
+SINGLE_TARGET_MS = 5.0
+THROUGHPUT_TARGET = 2000.0
+
+
+# --- children (Django) ----------------------------------------------------------------------------
+
+
+def seed() -> dict[str, Any]:
+    """(Django child) Migrate; one CPU pool, one job and its API key."""
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+
+    from apps.jobs.models import Job
+    from apps.jobs.services import api_key_create
+    from apps.resources.models import PoolKind, ResourcePool
+
+    call_command("migrate", verbosity=0, interactive=False)
+    ResourcePool.objects.create(name=POOL, kind=PoolKind.CPU)
+    job = Job.objects.create(name="overhead", owner=User.objects.create_user("bench"))
+    _, raw_key = api_key_create(job=job, name="bench")
+    return {"key": raw_key, "job": job.pk}
+
+
+def throughput(job_id: int, count: int, redis: str, prefix: str) -> dict[str, float]:
+    """(Django child, REDIS_URL unset) Insert ``count`` no-ops, announce them, time them to end."""
+    import redis as redis_lib
+
+    from apps.actions.demand import parse_demand
+    from apps.actions.models import TERMINAL_STATUSES, Action
+    from apps.actions.services import ActionSpec, action_submit_batch
+    from apps.jobs.models import Job
+    from apps.resources.models import ResourcePool
+    from workers.transport import ActionsSubmitted, StreamNames
+    from workers.transport.messages import encode_json
+
+    job = Job.objects.get(pk=job_id)
+    pool = ResourcePool.objects.get(name=POOL)
+    spec = ActionSpec(demand=parse_demand(NOOP["demand"]), pool_id=pool.pk)
+    ids: list[int] = []
+    for start in range(0, count, 1000):
+        batch = action_submit_batch(job=job, specs=[spec] * min(1000, count - start))
+        ids.extend(s.action.pk for s in batch)
+    client = redis_lib.Redis.from_url(redis)
+    stream = StreamNames(prefix=prefix).events(POOL)
+    started = time.perf_counter()
+    pipe = client.pipeline(transaction=False)
+    for start in range(0, count, 1000):
+        message = ActionsSubmitted(action_ids=tuple(ids[start : start + 1000]))
+        pipe.xadd(stream, {"m": encode_json(message)})
+    pipe.execute()
+    remaining = Action.objects.filter(pk__in=ids).exclude(status__in=TERMINAL_STATUSES)
+    while remaining.exists():
+        time.sleep(0.02)
+        if time.perf_counter() - started > 300:
+            raise TimeoutError("throughput run did not finish in 300 s")
+    elapsed = time.perf_counter() - started
+    ok = Action.objects.filter(pk__in=ids, status="succeeded").count()
+    return {"count": float(count), "elapsed_s": elapsed, "succeeded": float(ok)}
+
+
+# --- the Celery baseline ---------------------------------------------------------------
+
+
+def celery_round_trips(children: Children, count: int) -> list[float]:
+    queue = f"loom-overhead-{uuid.uuid4().hex[:8]}"
+    env = dict(os.environ)
+    env.update(LOOM_BENCH_CELERY_URL=redis_url(), LOOM_BENCH_CELERY_QUEUE=queue)
+    os.environ.update(LOOM_BENCH_CELERY_URL=redis_url(), LOOM_BENCH_CELERY_QUEUE=queue)
+    celery = Path(sys.executable).with_name("celery")
+    children.spawn(
+        "celery",
+        [
+            str(celery), "-A", "bench._celery_baseline", "worker", "--pool", "solo",
+            "--concurrency", "1", "-Q", queue, "--without-gossip", "--without-mingle",
+            "--without-heartbeat", "--loglevel", "WARNING",
+        ],
+        env,
+    )  # fmt: skip
+    import importlib
+
+    import bench._celery_baseline as baseline
+
+    baseline = importlib.reload(baseline)  # pick up this run's broker URL and queue
+    try:
+        baseline.noop.delay().get(timeout=60)  # the worker is up
+        for _ in range(20):
+            baseline.noop.delay().get(timeout=10)
+        samples = []
+        for _ in range(count):
+            started = time.perf_counter()
+            baseline.noop.delay().get(timeout=10)
+            samples.append(time.perf_counter() - started)
+        return samples
+    finally:
+        children.stop("celery")
+        baseline.app.close()
+
+
+# --- Loom modes ---------------------------------------------------------------------------------
+
+
+def _execution_s(action: Any) -> float:
+    return max(0.0, action.timings.execution_s or 0.0)
+
+
+async def single_mode(url: str, key: str, concurrency: int, total: int) -> list[float]:
+    """``concurrency`` clients each submit one action and wait for it, ``total`` in all."""
+    import httpx
+    from loom import AsyncClient
+
+    limits = httpx.Limits(max_connections=concurrency + 10, max_keepalive_connections=concurrency)
+    overheads: list[float] = []
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for index in range(total):
+        queue.put_nowait(index)
+    transport = httpx.AsyncHTTPTransport(limits=limits)
+    async with AsyncClient(url, key, timeout_s=120.0, transport=transport) as client:
+
+        async def worker() -> None:
+            while not queue.empty():
+                queue.get_nowait()
+                started = time.perf_counter()
+                action = await client.submit(**NOOP)
+                done = await client.result(action.id, timeout=120)
+                elapsed = time.perf_counter() - started
+                assert done.status == "succeeded", done
+                overheads.append(elapsed - _execution_s(done))
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return overheads
+
+
+async def batch_mode(url: str, key: str, size: int, batches: int) -> dict[str, list[float]]:
+    """``batches`` times: submit_batch of ``size``, then as_completed over them."""
+    from loom import AsyncClient
+
+    amortised: list[float] = []
+    latencies: list[float] = []
+    async with AsyncClient(url, key, timeout_s=120.0) as client:
+        for _ in range(batches):
+            started = time.perf_counter()
+            actions = await client.submit_batch([NOOP] * size)
+            execution = 0.0
+            async for done in client.as_completed([a.id for a in actions], timeout=120):
+                assert done.status == "succeeded", done
+                latencies.append(time.perf_counter() - started - _execution_s(done))
+                execution = max(execution, _execution_s(done))
+            amortised.append((time.perf_counter() - started - execution) / size)
+    return {"amortised": amortised, "latency": latencies}
+
+
+# --- orchestration --------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    return {
+        "n": float(len(samples)),
+        "p50_ms": percentile(samples, 50) * 1000,
+        "p99_ms": percentile(samples, 99) * 1000,
+        "mean_ms": statistics.fmean(samples) * 1000 if samples else float("nan"),
+    }
+
+
+def measure(sizes: dict[str, Any]) -> dict[str, Any]:
+    """Start everything, run every mode at ``sizes``, stop everything (the test's entry too)."""
+    with (
+        throwaway_database("overhead") as database,
+        redis_prefix("overhead") as prefix,
+        tempfile.TemporaryDirectory(prefix="loom-overhead-") as scratch,
+    ):
+        seeded = run_child("bench.overhead.seed", django_env(database, prefix=prefix))
+        env = django_env(database, redis=redis_url(), prefix=prefix)
+        children = Children(Path(scratch))
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        try:
+            children.spawn(
+                "web",
+                [
+                    sys.executable, "-m", "uvicorn", "controlplane.asgi:application",
+                    "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+                    "--no-access-log",
+                ],
+                env,
+            )  # fmt: skip
+            children.spawn("scheduler", scheduler_argv(POOL, prefix), env)
+            children.spawn(
+                "agent", cpu_agent_argv(POOL, NODE, prefix, Path(scratch) / "work", "0"), env
+            )
+            wait_for(lambda: _listening(port), 60, "the web server")
+            warm = asyncio.run(single_mode(url, seeded["key"], 1, 1))  # scheduler + agent up
+            assert warm, children.log_tail("scheduler")
+            results: dict[str, Any] = {
+                "celery": _summary(celery_round_trips(children, sizes["celery"]))
+            }
+            for concurrency, total in sizes["single"]:
+                samples = asyncio.run(single_mode(url, seeded["key"], concurrency, total))
+                results[f"single@{concurrency}"] = _summary(samples)
+            for size, batches in sizes["batch"]:
+                measured = asyncio.run(batch_mode(url, seeded["key"], size, batches))
+                results[f"batch@{size}"] = {
+                    "amortised": _summary(measured["amortised"]),
+                    "latency": _summary(measured["latency"]),
+                }
+            quiet = django_env(database, prefix=prefix)
+            results["throughput"] = run_child(
+                "bench.overhead.throughput",
+                quiet,
+                seeded["job"],
+                sizes["throughput"],
+                redis_url(),
+                prefix,
+            )
+        except Exception as exc:
+            logs = "\n".join(
+                f"--- {n}\n{children.log_tail(n)}" for n in ("web", "scheduler", "agent")
+            )
+            raise RuntimeError(f"{exc}\n{logs}") from exc
+        finally:
+            children.stop_all()
+    return results
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.2)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _plot(results: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels, p50, p99 = [], [], []
+    for name, value in results.items():
+        summary = value.get("amortised", value) if isinstance(value, dict) else None
+        if name == "throughput" or summary is None:
+            continue
+        labels.append(name if name == "celery" else f"loom {name}")
+        p50.append(summary["p50_ms"])
+        p99.append(summary["p99_ms"])
+    fig, ax = plt.subplots(figsize=(8, 4))
+    positions = range(len(labels))
+    ax.bar([p - 0.2 for p in positions], p50, width=0.4, label="p50")
+    ax.bar([p + 0.2 for p in positions], p99, width=0.4, label="p99")
+    ax.set_xticks(list(positions), labels, rotation=20, ha="right")
+    ax.set_yscale("log")
+    ax.set_ylabel("per-action overhead, ms (batch: amortised)")
+    ax.set_title("No-op action overhead vs Celery .delay().get(), same Redis, same run")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(plot_path("overhead"))
+    plt.close(fig)
+
+
+def run(quick: bool) -> BenchReport:
+    sizes: dict[str, Any] = (
+        {
+            "celery": 200,
+            "single": [(1, 100), (100, 300)],
+            "batch": [(1, 30), (100, 5), (1000, 2)],
+            "throughput": 5000,
+        }
+        if quick
+        else {
+            "celery": 1000,
+            "single": [(1, 500), (100, 2000), (1000, 3000)],
+            "batch": [(1, 200), (100, 30), (1000, 10)],
+            "throughput": 20000,
+        }
+    )
+    report = BenchReport(
+        benchmark="overhead",
+        quick=quick,
+        params={
+            "sizes": sizes,
+            "noop_demand": NOOP["demand"],
+            "web": "uvicorn, 1 worker, ASGI",
+            "transport": "redis streams",
+            "baseline": "celery .delay().get(), solo pool, same Redis (broker and backend)",
+        },
+    )
+    try:
+        results = measure(sizes)
+    except Unavailable as exc:
+        report.params["skipped"] = str(exc)
+        report.targets.append(Target.is_true("postgres_and_redis_available", False))
+        return report
+    report.series = results
+    celery_p50 = results["celery"]["p50_ms"]
+    for size in (100, 1000):
+        name = f"batch@{size}"
+        if name in results:
+            ratio = results[name]["amortised"]["p50_ms"] / celery_p50
+            report.targets.append(
+                Target.at_most(f"{name}_overhead_p50_over_celery_p50", ratio, 1.0)
+            )
+    report.targets.append(
+        Target.at_most(
+            "single@1_rest_overhead_p50_ms", results["single@1"]["p50_ms"], SINGLE_TARGET_MS
+        )
+    )
+    rate = results["throughput"]["count"] / results["throughput"]["elapsed_s"]
+    report.series["throughput"]["actions_per_s"] = rate
+    report.targets.append(Target.at_least("noop_actions_per_s", rate, THROUGHPUT_TARGET))
+    _plot(results)
+    return report
