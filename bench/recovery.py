@@ -117,8 +117,8 @@ def _first_dispatch_after_spawn(children: Children, env: dict[str, str], prefix:
 
     client = redis.Redis.from_url(redis_url())
     stream = f"{prefix}:dispatch:{NODE}"
-    last = client.xrevrange(stream, count=1)
-    after = last[0][0] if last else b"0-0"
+    last: list[Any] = client.xrevrange(stream, count=1)  # type: ignore[assignment]
+    after: bytes = last[0][0] if last else b"0-0"
     started = time.perf_counter()
     process = children.spawn("scheduler", scheduler_argv(POOL, prefix), env)
     try:

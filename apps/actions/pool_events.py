@@ -10,6 +10,7 @@ the embedded runtime in this process (demo), Redis Streams (``REDIS_URL``), or n
 from __future__ import annotations
 
 import functools
+import os
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -31,6 +32,12 @@ def _pool_names(pool_ids: Iterable[int]) -> dict[int, str]:
     return dict(ResourcePool.objects.filter(pk__in=list(pool_ids)).values_list("pk", "name"))
 
 
+def stream_prefix() -> str:
+    """Key prefix of the streams: ``settings.LOOM_STREAM_PREFIX``, else the environment's."""
+    configured = getattr(settings, "LOOM_STREAM_PREFIX", None)
+    return str(configured or os.environ.get("LOOM_STREAM_PREFIX") or "loom")
+
+
 def publish(pool: str, message: Message) -> None:
     from apps.actions.runtime import current_runtime
 
@@ -38,7 +45,7 @@ def publish(pool: str, message: Message) -> None:
     if runtime is not None:
         runtime.publish_threadsafe(runtime.streams.events(pool), message)
     elif settings.REDIS_URL:
-        stream = StreamNames(prefix=getattr(settings, "LOOM_STREAM_PREFIX", "loom")).events(pool)
+        stream = StreamNames(prefix=stream_prefix()).events(pool)
         _redis_client(settings.REDIS_URL).xadd(stream, {"m": encode_json(message)})
 
 

@@ -36,30 +36,120 @@ def _moment(epoch: float | None) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(epoch, tz=dt.UTC) if epoch else None
 
 
-def _record(action: Action, kind: str) -> ActionRecord:
-    tool = action.tool
-    command = action.command or (tool.command_template if tool is not None else "")
-    timeout = action.timeout_s or (tool.timeout_s if tool is not None else 600.0)
-    payload = action.payload if isinstance(action.payload, dict) else None
+# Only the columns a record needs, tool and node joined in (no model instances on the hot path).
+RECORD_FIELDS = (
+    "id",
+    "job_id",
+    "demand",
+    "submitted_at",
+    "status",
+    "attempts",
+    "timeout_s",
+    "command",
+    "payload",
+    "elasticity",
+    "single_unit_duration_s",
+    "trajectory_id",
+    "allocation",
+    "tool__name",
+    "tool__command_template",
+    "tool__timeout_s",
+    "tool__idempotent",
+    "node__name",
+)
+
+
+def _record(row: dict[str, Any], kind: str) -> ActionRecord:
+    has_tool = row["tool__name"] is not None
+    command = row["command"] or (row["tool__command_template"] if has_tool else "")
+    timeout = row["timeout_s"] or (row["tool__timeout_s"] if has_tool else 600.0)
+    payload = row["payload"] if isinstance(row["payload"], dict) else None
     return ActionRecord(
-        action_id=action.pk,
-        job_id=action.job_id,
+        action_id=row["id"],
+        job_id=row["job_id"],
         kind="api" if kind == PoolKind.API else "cpu",
-        demand=action.demand,
-        submitted_at=_epoch(action.submitted_at),
-        status=action.status,
-        attempts=action.attempts,
+        demand=row["demand"],
+        submitted_at=_epoch(row["submitted_at"]),
+        status=row["status"],
+        attempts=row["attempts"],
         timeout_s=float(timeout),
-        tool=tool.name if tool is not None else "default",
+        tool=row["tool__name"] if has_tool else "default",
         command=command or None,
         api_request=payload.get("request") if payload and kind == PoolKind.API else None,
-        elasticity=action.elasticity,
-        single_unit_duration_s=action.single_unit_duration_s,
-        trajectory_id=action.trajectory_id,
-        idempotent=bool(tool is not None and tool.idempotent),
-        node=action.node.name if action.node is not None else None,
-        allocation=action.allocation,
+        elasticity=row["elasticity"],
+        single_unit_duration_s=row["single_unit_duration_s"],
+        trajectory_id=row["trajectory_id"],
+        idempotent=bool(has_tool and row["tool__idempotent"]),
+        node=row["node__name"],
+        allocation=row["allocation"],
     )
+
+
+TABLE = Action._meta.db_table
+QUEUED = ActionStatus.QUEUED.value
+SCHEDULED = ActionStatus.SCHEDULED.value
+ALLOCATED = (ActionStatus.SCHEDULED.value, ActionStatus.RUNNING.value)
+ACTIVE = (QUEUED, *ALLOCATED)  # a finish may end a queued action (a demand never satisfiable)
+
+# Row-at-a-time forms (SQLite); every one keeps its state-machine guard in the WHERE clause.
+_REQUEUE_ROW = (
+    f"UPDATE {TABLE} SET status = %s, allocation = NULL, node_id = NULL, scheduled_at = NULL, "
+    "started_at = NULL, error_reason = %s WHERE id = %s AND status IN (%s, %s)"
+)
+_SCHEDULE_ROW = (
+    f"UPDATE {TABLE} SET status = %s, allocation = %s, node_id = %s, scheduled_at = %s, "
+    "attempts = %s WHERE id = %s AND status = %s"
+)
+_FINISH_ROW = (
+    f"UPDATE {TABLE} SET status = %s, finished_at = %s, started_at = %s, exit_code = %s, "
+    "output = %s, error_reason = %s WHERE id = %s AND status IN (%s, %s, %s)"
+)
+
+
+class _SetBasedWriter:
+    """PostgreSQL: one ``UPDATE … FROM unnest(arrays)`` per kind of change, whatever the batch
+    size (a round trip per batch instead of per row), with the same guards as the row forms."""
+
+    def __init__(self, cursor: Any) -> None:
+        self.cursor = cursor
+
+    def requeue(self, rows: list[tuple[int, str]]) -> None:
+        ids, reasons = _columns(rows, 2)
+        self.cursor.execute(
+            f"UPDATE {TABLE} AS a SET status = %s, allocation = NULL, node_id = NULL, "
+            "scheduled_at = NULL, started_at = NULL, error_reason = v.reason "
+            "FROM unnest(%s::bigint[], %s::text[]) AS v(id, reason) "
+            "WHERE a.id = v.id AND a.status IN (%s, %s)",
+            [QUEUED, ids, reasons, *ALLOCATED],
+        )
+
+    def schedule(self, rows: list[tuple[int, str, int | None, Any, int]]) -> None:
+        ids, allocations, nodes, moments, attempts = _columns(rows, 5)
+        self.cursor.execute(
+            f"UPDATE {TABLE} AS a SET status = %s, allocation = v.allocation::jsonb, "
+            "node_id = v.node_id, scheduled_at = v.scheduled_at, attempts = v.attempts "
+            "FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::timestamptz[], %s::int[]) "
+            "AS v(id, allocation, node_id, scheduled_at, attempts) "
+            "WHERE a.id = v.id AND a.status = %s",
+            [SCHEDULED, ids, allocations, nodes, moments, attempts, QUEUED],
+        )
+
+    def finish(self, rows: list[tuple[Any, ...]]) -> None:
+        ids, statuses, finished, started, codes, outputs, reasons = _columns(rows, 7)
+        self.cursor.execute(
+            f"UPDATE {TABLE} AS a SET status = v.status, finished_at = v.finished_at, "
+            "started_at = v.started_at, exit_code = v.exit_code, output = v.output, "
+            "error_reason = v.reason "
+            "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], "
+            "%s::int[], %s::text[], %s::text[]) "
+            "AS v(id, status, finished_at, started_at, exit_code, output, reason) "
+            "WHERE a.id = v.id AND a.status IN (%s, %s, %s)",
+            [ids, statuses, finished, started, codes, outputs, reasons, *ACTIVE],
+        )
+
+
+def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    return [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * width
 
 
 class DjangoActionStore:
@@ -90,7 +180,7 @@ class DjangoActionStore:
 
     def _records(self, actions: Any, pool: str) -> list[ActionRecord]:
         kind = self.pool_kind(pool)
-        return [_record(a, kind) for a in actions.select_related("tool", "node")]
+        return [_record(row, kind) for row in actions.values(*RECORD_FIELDS)]
 
     def load_active(self, pool: str) -> list[ActionRecord]:
         actions = Action.objects.filter(pool__name=pool, status__in=ACTIVE_STATUSES).order_by(
@@ -146,58 +236,51 @@ class DjangoActionStore:
         finished: Sequence[FinishUpdate] = (),
         requeued: Sequence[RequeueUpdate] = (),
     ) -> list[int]:
-        table = Action._meta.db_table
-        allocated = (ActionStatus.SCHEDULED.value, ActionStatus.RUNNING.value)
-        active = (ActionStatus.QUEUED.value, *allocated)
+        """One transaction. Requeues first: an action lost and rescheduled in the same batch is
+        requeued, then scheduled again (the scheduled UPDATE's guard is ``status = queued``)."""
         with transaction.atomic(), connection.cursor() as cursor:
-            # Requeues first: an action lost and rescheduled in the same batch is requeued,
-            # then scheduled again (the scheduled UPDATE's guard is ``status = queued``).
+            writer = _SetBasedWriter(cursor) if connection.vendor == "postgresql" else None
             if requeued:
-                cursor.executemany(
-                    f"UPDATE {table} SET status = %s, allocation = NULL, node_id = NULL, "
-                    "scheduled_at = NULL, started_at = NULL, error_reason = %s "
-                    "WHERE id = %s AND status IN (%s, %s)",
-                    [
-                        (ActionStatus.QUEUED.value, u.reason, u.action_id, *allocated)
-                        for u in requeued
-                    ],
-                )
+                rows = [(u.action_id, u.reason) for u in requeued]
+                if writer is not None:
+                    writer.requeue(rows)
+                else:
+                    cursor.executemany(_REQUEUE_ROW, [(QUEUED, r, i, *ALLOCATED) for i, r in rows])
             if scheduled:
-                cursor.executemany(
-                    f"UPDATE {table} SET status = %s, allocation = %s, node_id = %s, "
-                    "scheduled_at = %s, attempts = %s WHERE id = %s AND status = %s",
-                    [
-                        (
-                            ActionStatus.SCHEDULED.value,
-                            _json(u.allocation),
-                            self._node_pk(u.node),
-                            _moment(u.scheduled_at),
-                            u.attempt,
-                            u.action_id,
-                            ActionStatus.QUEUED.value,
-                        )
-                        for u in scheduled
-                    ],
-                )
+                rows_s = [
+                    (
+                        u.action_id,
+                        _json(u.allocation),
+                        self._node_pk(u.node),
+                        _moment(u.scheduled_at),
+                        u.attempt,
+                    )
+                    for u in scheduled
+                ]
+                if writer is not None:
+                    writer.schedule(rows_s)
+                else:
+                    cursor.executemany(
+                        _SCHEDULE_ROW,
+                        [(SCHEDULED, a, n, t, k, i, QUEUED) for i, a, n, t, k in rows_s],
+                    )
             if finished:
-                cursor.executemany(
-                    f"UPDATE {table} SET status = %s, finished_at = %s, started_at = %s, "
-                    "exit_code = %s, output = %s, error_reason = %s "
-                    "WHERE id = %s AND status IN (%s, %s, %s)",
-                    [
-                        (
-                            u.status,
-                            _moment(u.finished_at),
-                            _moment(u.started_at),
-                            u.exit_code,
-                            u.output[:OUTPUT_LIMIT_CHARS],
-                            u.reason,
-                            u.action_id,
-                            *active,  # queued too: a demand the pool can never meet fails
-                        )
-                        for u in finished
-                    ],
-                )
+                rows_f = [
+                    (
+                        u.action_id,
+                        u.status,
+                        _moment(u.finished_at),
+                        _moment(u.started_at),
+                        u.exit_code,
+                        u.output[:OUTPUT_LIMIT_CHARS],
+                        u.reason,
+                    )
+                    for u in finished
+                ]
+                if writer is not None:
+                    writer.finish(rows_f)
+                else:
+                    cursor.executemany(_FINISH_ROW, [(*row[1:], row[0], *ACTIVE) for row in rows_f])
             ended = [u.action_id for u in finished]
             if ended:
                 transaction.on_commit(functools.partial(publish_action_ended, ended))

@@ -133,6 +133,15 @@ def _demo_demand(pool: ResourcePool) -> tuple[dict[str, Any], dict[str, Any] | N
     return {"cpu": {"min": 1, "max": 4}}, {"resource": "cpu", "efficiency": efficiency}, []
 
 
+def _elastic_sleep(single_unit_s: float) -> str:
+    """A stand-in workload that honours its elasticity: it sleeps T(m) = T1 / (E(m)·m) for the
+    m = {dop} cores it is granted (efficiency 1, .95, .9, .85 as declared by _demo_demand)."""
+    return (
+        "case {dop} in 1) s=1;; 2) s=1.9;; 3) s=2.7;; *) s=3.4;; esac; "
+        f"sleep $(awk -v d={single_unit_s:.3f} -v s=$s 'BEGIN {{print d / s}}')"
+    )
+
+
 def dashboard_launch_demo(
     *, user: User, pool: ResourcePool, count: int, mean_duration_s: float, seed: int | None = None
 ) -> tuple[Job, int]:
@@ -159,7 +168,7 @@ def dashboard_launch_demo(
             ActionSpec(
                 demand=demand,
                 pool_id=pool.pk,
-                command=f"sleep {duration:.3f}",
+                command=_elastic_sleep(duration),
                 single_unit_duration_s=duration,
                 timeout_s=max(60.0, duration * 10),
             )

@@ -102,17 +102,17 @@ class SchedulerStandIn:
 
 
 async def bounded(awaitable: Awaitable[T], what: str, timeout_s: float = 20.0) -> T:
-    """Await with a deadline; on expiry print every task's stack (a hang becomes a failure)."""
-    try:
-        return await asyncio.wait_for(awaitable, timeout_s)
-    except TimeoutError:
-        loop = asyncio.get_running_loop()
-        for task in list(asyncio.tasks._all_tasks):  # every loop's, done or not
-            here = task.get_loop() is loop
-            print(f"--- task {task.get_name()} this_loop={here} done={task.done()}")
-            if not task.done():
-                task.print_stack(limit=15)
-        raise AssertionError(f"{what} did not finish in {timeout_s} s") from None
+    """Await with a deadline; on expiry print every pending task's stack *before* cancelling,
+    so a hang becomes a failure that shows where everything waits."""
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        for pending in asyncio.all_tasks():
+            print(f"--- task {pending.get_name()}")
+            pending.print_stack(limit=20)
+        task.cancel()
+        raise AssertionError(f"{what} did not finish in {timeout_s} s")
+    return task.result()
 
 
 def cpu_dispatch(action: str, command: str, **fields: Any) -> Dispatch:

@@ -37,6 +37,8 @@ from workers.transport import (
 )
 
 CORES = tuple(sorted(os.sched_getaffinity(0)))
+NODE_A = f"node-a-{os.getpid()}"  # unique per test process: /proc scans see every process
+NODE_B = f"node-b-{os.getpid()}"
 FAST = AgentSettings(heartbeat_interval_s=0.1, reclaim_interval_s=0.2, read_block_ms=100)
 
 
@@ -61,10 +63,10 @@ async def running_agent(
 ) -> AsyncIterator[tuple[CpuAgent, SchedulerStandIn]]:
     scheduler = SchedulerStandIn(transport, names, "cpu-pool")
     await scheduler.start()
-    backend = LocalBackend(node_id="node-a", work_root=tmp_path, cgroups=None)
+    backend = LocalBackend(node_id=NODE_A, work_root=tmp_path, cgroups=None)
     agent = CpuAgent(
         transport=transport,
-        node_id="node-a",
+        node_id=NODE_A,
         pool="cpu-pool",
         backend=backend,
         streams=names,
@@ -73,12 +75,7 @@ async def running_agent(
     )
     await agent.start()
     yield agent, scheduler
-    try:
-        await bounded(agent.stop(), "agent.stop()")
-    except AssertionError:
-        print("loops", agent._loops, "running", agent._running, "outbox", agent._outbox.qsize())
-        print("flusher", agent._flusher, "stopping", agent._stopping)
-        raise
+    await bounded(agent.stop(), "agent.stop()")
 
 
 @pytest.mark.redis
@@ -87,14 +84,14 @@ async def test_registers_heartbeats_and_runs(
 ) -> None:
     agent, scheduler = running_agent
     [register] = await scheduler.wait_for(NodeRegister)
-    assert register.node_id == "node-a" and register.kind == "cpu"
+    assert register.node_id == NODE_A and register.kind == "cpu"
     assert register.cores == CORES and register.memory_mb == 2048
     assert sorted(c for cores in register.numa.values() for c in cores) == list(CORES)
-    assert register.dispatch_stream == names.dispatch("node-a")
+    assert register.dispatch_stream == names.dispatch(NODE_A)
     await scheduler.wait_for(Heartbeat)
 
     await scheduler.send(
-        "node-a",
+        NODE_A,
         _dispatch("ok", "echo hello {dop}", cores=CORES),
         _dispatch("bad", "echo oops >&2; exit 3"),
         _dispatch("slow", "sleep 5", timeout_s=0.3),
@@ -104,7 +101,7 @@ async def test_registers_heartbeats_and_runs(
     ok = results["ok"]
     assert (ok.status, ok.reason, ok.exit_code) == ("succeeded", None, 0)
     assert ok.output == f"hello {len(CORES)}\n"
-    assert ok.node_id == "node-a" and ok.cores == CORES and ok.trajectory_id == "t"
+    assert ok.node_id == NODE_A and ok.cores == CORES and ok.trajectory_id == "t"
     assert ok.started_at <= ok.finished_at
     assert (results["bad"].status, results["bad"].reason) == ("failed", "exit_code_nonzero")
     assert results["bad"].exit_code == 3 and results["bad"].output == "oops\n"
@@ -115,7 +112,7 @@ async def test_registers_heartbeats_and_runs(
     # every dispatch was acknowledged after its result went out
     await wait_until(lambda: not agent._running)
     await asyncio.sleep(0.1)
-    assert await transport.pending(names.dispatch("node-a"), AGENT_GROUP) == []
+    assert await transport.pending(names.dispatch(NODE_A), AGENT_GROUP) == []
 
 
 @pytest.mark.redis
@@ -124,7 +121,7 @@ async def test_actions_run_concurrently_on_their_cores(
 ) -> None:
     _, scheduler = running_agent
     await scheduler.send(
-        "node-a",
+        NODE_A,
         *[
             _dispatch(
                 f"p{i}",
@@ -146,16 +143,16 @@ async def test_cancel_kills_a_running_action(
     running_agent: tuple[CpuAgent, SchedulerStandIn],
 ) -> None:
     agent, scheduler = running_agent
-    await scheduler.send("node-a", _dispatch("long", "setsid sleep 60 & sleep 61", timeout_s=30))
+    await scheduler.send(NODE_A, _dispatch("long", "setsid sleep 60 & sleep 61", timeout_s=30))
     await wait_until(lambda: "long:1" in agent.running_keys)
-    await wait_until(lambda: len(leftover_processes("node-a/long:1")) >= 2)
-    await scheduler.send("node-a", Cancel(action_id="long"))
+    await wait_until(lambda: len(leftover_processes(f"{NODE_A}/long:1")) >= 2)
+    await scheduler.send(NODE_A, Cancel(action_id="long"))
     result = (await scheduler.results(1))["long"]
     assert (result.status, result.reason) == ("cancelled", "cancelled")
-    assert leftover_processes("node-a/long:1") == []
+    assert leftover_processes(f"{NODE_A}/long:1") == []
     # a cancel that arrives before its dispatch wins too
-    await scheduler.send("node-a", Cancel(action_id="early", attempt=1))
-    await scheduler.send("node-a", _dispatch("early", "echo ran"))
+    await scheduler.send(NODE_A, Cancel(action_id="early", attempt=1))
+    await scheduler.send(NODE_A, _dispatch("early", "echo ran"))
     results = await scheduler.results(2)
     assert results["early"].status == "cancelled"
 
@@ -167,17 +164,15 @@ async def test_trajectory_end_removes_its_directory(
     agent, scheduler = running_agent
     backend = agent.backend
     assert isinstance(backend, LocalBackend)
-    await scheduler.send("node-a", _dispatch("w", "echo kept > state", trajectory_id="traj"))
-    await scheduler.send("node-a", _dispatch("r", "cat state", trajectory_id="traj"))
+    await scheduler.send(NODE_A, _dispatch("w", "echo kept > state", trajectory_id="traj"))
+    await scheduler.send(NODE_A, _dispatch("r", "cat state", trajectory_id="traj"))
     # order within a trajectory is the scheduler's job; here the read may race the write
     results = await scheduler.results(2)
     assert results["w"].status == "succeeded"
     assert backend.trajectory_dir("traj").exists()
-    await scheduler.send("node-a", TrajectoryEnd(trajectory_id="traj"))
+    await scheduler.send(NODE_A, TrajectoryEnd(trajectory_id="traj"))
     await wait_until(lambda: not backend.trajectory_dir("traj").exists())
-    await scheduler.send(
-        "node-a", _dispatch("last", "true", trajectory_id="t2", end_trajectory=True)
-    )
+    await scheduler.send(NODE_A, _dispatch("last", "true", trajectory_id="t2", end_trajectory=True))
     await scheduler.results(3)
     await wait_until(lambda: not backend.trajectory_dir("t2").exists())
 
@@ -187,7 +182,7 @@ async def test_bad_cores_and_kind_are_infra_errors(
     running_agent: tuple[CpuAgent, SchedulerStandIn],
 ) -> None:
     _, scheduler = running_agent
-    await scheduler.send("node-a", _dispatch("far", "true", cores=(999,)))
+    await scheduler.send(NODE_A, _dispatch("far", "true", cores=(999,)))
     result: ActionResult = (await scheduler.results(1))["far"]
     assert (result.status, result.reason) == ("failed", "infra_error")
     assert "999" in result.output
@@ -199,19 +194,19 @@ async def test_stop_ends_running_actions_as_agent_lost(names: StreamNames, tmp_p
     await scheduler.start()
     agent = CpuAgent(
         transport=transport,
-        node_id="node-b",
+        node_id=NODE_B,
         pool="cpu-pool",
-        backend=LocalBackend(node_id="node-b", work_root=tmp_path, cgroups=None),
+        backend=LocalBackend(node_id=NODE_B, work_root=tmp_path, cgroups=None),
         streams=names,
         settings=FAST,
     )
     await agent.start()
-    await scheduler.send("node-b", _dispatch("long", "sleep 30"))
+    await scheduler.send(NODE_B, _dispatch("long", "sleep 30"))
     await wait_until(lambda: bool(agent.running_keys))
     await agent.stop()
     result = (await scheduler.results(1))["long"]
     assert (result.status, result.reason) == ("failed", "agent_lost")
-    assert leftover_processes("node-b/") == []
+    assert leftover_processes(f"{NODE_B}/") == []
     await transport.close()
 
 
@@ -225,12 +220,12 @@ async def test_noop_actions_are_answered_in_batches(
 ) -> None:
     _, scheduler = running_agent
     noops = [Dispatch(action_id=f"n{i}", attempt=1, job_id="j", kind="noop") for i in range(300)]
-    await scheduler.send("node-a", *noops)
+    await scheduler.send(NODE_A, *noops)
     results = await scheduler.results(300)
     assert {r.status for r in results.values()} == {"succeeded"}
     assert sorted(results) == sorted(f"n{i}" for i in range(300))
     for _ in range(50):
-        if not await transport.pending(names.dispatch("node-a"), AGENT_GROUP):
+        if not await transport.pending(names.dispatch(NODE_A), AGENT_GROUP):
             break
         await asyncio.sleep(0.02)
-    assert await transport.pending(names.dispatch("node-a"), AGENT_GROUP) == []
+    assert await transport.pending(names.dispatch(NODE_A), AGENT_GROUP) == []

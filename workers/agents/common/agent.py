@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -54,7 +53,7 @@ class AgentSettings:
     read_block_ms: int = 1_000
     remember_cancelled: int = 10_000
     remember_finished: int = 100_000
-    stop_flush_s: float = 30.0
+    stop_timeout_s: float = 30.0
 
 
 @dataclass
@@ -156,29 +155,43 @@ class AgentBase(abc.ABC):
         await self._stopped.wait()
 
     async def stop(self) -> None:
-        """Stop reading, end running actions as ``agent_lost``, flush results, close."""
+        """Stop reading, end running actions as ``agent_lost``, flush results, close.
+
+        Every phase is bounded (``stop_timeout_s``): a wedged action or connection is logged and
+        left behind rather than hanging the shutdown.
+        """
         if self._stopping:
             return
         self._stopping = True
         for task in self._loops:
             task.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
         running = [entry.task for entry in self._running.values()]
         for task in running:
             task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        await self._settle(running, "running actions")
         self._outbox.put_nowait((None, _STOP_FLUSHING))
         if self._flusher is None or self._flusher.done():
             self._start_flusher()
         assert self._flusher is not None
-        try:
-            await asyncio.wait_for(asyncio.shield(self._flusher), self.settings.stop_flush_s)
-        except TimeoutError:
-            logger.error("agent %s: results still unsent after %.0f s", self.agent_id,
-                         self.settings.stop_flush_s)  # fmt: skip
+        if not await self._settle([self._flusher], "result flusher"):
             self._flusher.cancel()
-        await self.close_backend()
+        await self._settle(self._loops, "agent loops")
+        try:
+            await asyncio.wait_for(self.close_backend(), self.settings.stop_timeout_s)
+        except TimeoutError:
+            logger.error("agent %s: closing the backend timed out", self.agent_id)
         self._stopped.set()
+
+    async def _settle(self, tasks: list[asyncio.Task[None]], what: str) -> bool:
+        """Wait (bounded) for tasks to end; False and an error log if some did not."""
+        if not tasks:
+            return True
+        _, pending = await asyncio.wait(tasks, timeout=self.settings.stop_timeout_s)
+        if pending:
+            names = sorted(task.get_name() for task in pending)
+            logger.error("agent %s: %s still not done after %.0f s: %s", self.agent_id, what,
+                         self.settings.stop_timeout_s, names)  # fmt: skip
+        return not pending
 
     def _start_flusher(self) -> None:
         self._flusher = asyncio.create_task(self._flush_loop(), name=f"{self.agent_id}-flush")
@@ -312,7 +325,7 @@ class AgentBase(abc.ABC):
 
     async def _read_loop(self) -> None:
         backoff = 0.05
-        while True:
+        while not self._stopping:  # also ends if a cancellation was swallowed
             try:
                 deliveries = await self.transport.read(
                     self.dispatch_stream,
@@ -329,6 +342,8 @@ class AgentBase(abc.ABC):
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
+            if self._stopping:  # left pending: a later instance reclaims them
+                return
             for delivery in deliveries:
                 await self.handle(delivery)
 
@@ -374,7 +389,7 @@ class AgentBase(abc.ABC):
 
     async def _heartbeat_loop(self) -> None:
         beats = 0
-        while True:
+        while not self._stopping:  # also ends if a cancellation was swallowed
             await asyncio.sleep(self.settings.heartbeat_interval_s)
             beats += 1
             try:
@@ -392,7 +407,7 @@ class AgentBase(abc.ABC):
                 logger.exception("heartbeat of %s failed", self.agent_id)
 
     async def _reclaim_loop(self) -> None:
-        while True:
+        while not self._stopping:  # also ends if a cancellation was swallowed
             await asyncio.sleep(self.settings.reclaim_interval_s)
             try:
                 deliveries = await self.transport.reclaim(
@@ -406,8 +421,11 @@ class AgentBase(abc.ABC):
             except Exception:
                 logger.exception("reclaiming on %s failed", self.dispatch_stream)
                 continue
+            if self._stopping:
+                return
+            running_entries = {r.entry_id for r in self._running.values()}
             for delivery in deliveries:
-                if delivery.entry_id in {r.entry_id for r in self._running.values()}:
+                if delivery.entry_id in running_entries:
                     continue
                 logger.warning(
                     "agent %s reclaimed %s (delivery %d)",
@@ -416,10 +434,3 @@ class AgentBase(abc.ABC):
                     delivery.delivery_count,
                 )
                 await self.handle(delivery)
-
-
-async def cancel_and_wait(task: asyncio.Task[object]) -> None:
-    """Cancel a task and wait for it, swallowing its CancelledError."""
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task

@@ -202,7 +202,11 @@ class LocalBackend(ExecutionBackend):
     ) -> tuple[bytes, bool, float]:
         """Kill what is left, reap the child, collect the output: (output, truncated, finished)."""
         await asyncio.to_thread(self._kill_everything, dispatch, process.pid, cgroup)
-        await process.wait()
+        try:  # asyncio's wait() also waits for the pipe; the exit status is there regardless
+            await asyncio.wait_for(process.wait(), _PIPE_DRAIN_S)
+        except TimeoutError:
+            logger.error("%s: child exited (%s) but its pipe stays open", dispatch.key,
+                         process.returncode)  # fmt: skip
         finished = time.time()
         try:
             output, truncated = await asyncio.wait_for(reader, _PIPE_DRAIN_S)

@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from apps.actions.pool_events import stream_prefix
 from apps.actions.scheduler_store import DjangoActionStore
 from apps.dashboard.publish import apublish
 from workers.scheduler import SchedulerService, ServiceConfig
@@ -34,7 +35,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--stream-prefix",
             default=None,
-            help="key prefix of the streams (default: settings.LOOM_STREAM_PREFIX or 'loom')",
+            help="key prefix of the streams (default: LOOM_STREAM_PREFIX, else 'loom')",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -53,7 +54,7 @@ class Command(BaseCommand):
             heartbeat_timeout_s=options["heartbeat_timeout"],
             result_grace_s=options["result_grace"],
         )
-        prefix = options["stream_prefix"] or getattr(settings, "LOOM_STREAM_PREFIX", "loom")
+        prefix = options["stream_prefix"] or stream_prefix()
         try:
             asyncio.run(self._serve(config, StreamNames(prefix=prefix)))
         except LookupError as exc:

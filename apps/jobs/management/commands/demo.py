@@ -22,9 +22,12 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
+from apps.actions.demo_workload import ensure_demo_tools
 from apps.jobs import services as job_services
 from apps.jobs.authentication import hash_key
 from apps.jobs.models import ApiKey, Job
+from apps.policies.models import Policy, PolicyKind
+from apps.policies.services import policy_create
 from apps.resources.models import PoolKind, ResourcePool, Tool
 
 ADMIN_USERNAME = "admin"
@@ -145,6 +148,16 @@ class Command(BaseCommand):
         pool, _ = ResourcePool.objects.get_or_create(
             name=DEMO_POOL, defaults={"kind": PoolKind.CPU, "description": "this machine"}
         )
+        if not Policy.objects.filter(pool=pool, kind=PolicyKind.ACTION_SCHEDULER).exists():
+            policy_create(
+                name=f"{DEMO_POOL}-scheduler",
+                kind=PolicyKind.ACTION_SCHEDULER,
+                pool=pool,
+                author=admin,
+                settings={"algorithm": "elastic", "depth": 2, "min_dop": 1, "max_dop": 32},
+                comment="created by make demo",
+            )
+        ensure_demo_tools(pool)
         Tool.objects.get_or_create(
             name="python",
             defaults={
