@@ -31,6 +31,7 @@ import asyncio
 import os
 import statistics
 import sys
+import threading
 import tempfile
 import time
 from pathlib import Path
@@ -129,6 +130,9 @@ async def _run_approach(
             for index in range(len(params["arrivals_s"]))
         ]
         per_trajectory = await asyncio.gather(*trajectories)
+    except BaseException:
+        _ABORT.set()
+        raise
     finally:
         await runtime.stop()
     makespan = time.perf_counter() - started
@@ -190,7 +194,8 @@ async def _trajectory(
             for line in row["output"].splitlines()
             if len(line.split()) == 2
         }
-        assert row["status"] == "succeeded" and marks.get("RC") == 0, row
+        if row["status"] != "succeeded" or marks.get("RC") != 0:
+            raise RuntimeError(f"reservation of trajectory {index} failed: {row}")
         # Step i is ready at arrival (i = 0) or when step i-1 ended plus the thinking pause.
         ready = [arrival] + [marks[f"E{i}"] + think for i in range(1, steps + 1)]
         ends = [marks[f"E{i}"] for i in range(1, steps + 1)] + [marks["DONE"]]
@@ -200,7 +205,8 @@ async def _trajectory(
     shell_acts = []
     for _ in range(params["shell_steps"]):
         row = await submit(SHELL_STEP, {"cpu": 1})
-        assert row["status"] == "succeeded", row
+        if row["status"] != "succeeded":
+            raise RuntimeError(f"shell step of trajectory {index} failed: {row}")
         shell_acts.append(row["act_s"])
         await asyncio.sleep(think)
     row = await submit(
@@ -209,8 +215,12 @@ async def _trajectory(
         elasticity={"resource": "cpu", "efficiency": params["efficiency"]},
         single_unit_duration_s=params["t1_s"],
     )
-    assert row["status"] == "succeeded", row
+    if row["status"] != "succeeded":
+        raise RuntimeError(f"suite of trajectory {index} failed: {row}")
     return {"shell": shell_acts, "suite": [row["act_s"]], "dops": [float(row["dop"])]}
+
+
+_ABORT = threading.Event()  # set when one trajectory fails: the others' waits end at once
 
 
 def _wait_ended(action_id: int) -> dict[str, Any]:
@@ -224,8 +234,8 @@ def _wait_ended(action_id: int) -> dict[str, Any]:
             action = Action.objects.get(pk=action_id)
             if action.status in TERMINAL_STATUSES:
                 break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"action {action_id} did not end")
+            if time.monotonic() > deadline or _ABORT.is_set():
+                raise TimeoutError(f"action {action_id} did not end (or the run was aborted)")
             subscription.wait(1.0)
     assert action.finished_at is not None
     cores = (action.allocation or {}).get("cores") or []
@@ -277,10 +287,10 @@ def measure(params: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _arrivals(waves: int, per_wave: int = 6, wave_gap_s: float = 9.0) -> list[float]:
-    """Rollout waves: a burst, then a thinning tail (gaps grow 1.6× — the long tail of an RL
-    rollout step, arl-tangram §2.3), so each wave has both contended and idle phases."""
-    offsets = [round(0.5 * (1.6**i - 1), 3) for i in range(per_wave)]
+def _arrivals(waves: int, wave_gap_s: float = 12.0) -> list[float]:
+    """Rollout waves: a burst (two at once), then a thinning tail (gaps double — the long tail of
+    an RL rollout step, arl-tangram §2.3), so each wave has both contended and idle phases."""
+    offsets = [0.0] + [round(0.6 * (2**i - 1), 3) for i in range(5)]
     return [wave * wave_gap_s + offset for wave in range(waves) for offset in offsets]
 
 

@@ -67,6 +67,12 @@ class SubmitCatalog:
     pools: dict[str, ResourcePool] = field(default_factory=dict)
     default_pool_by_kind: dict[str, int] = field(default_factory=dict)
 
+    def pool_kind(self, pool_id: int | None) -> str | None:
+        for pool in self.pools.values():
+            if pool.pk == pool_id:
+                return str(pool.kind)
+        return None
+
     def default_pool_id(self, key_resource: str) -> int | None:
         if key_resource.startswith("api:"):
             quota = self.api_quotas.get(key_resource.removeprefix("api:"))

@@ -7,12 +7,14 @@ once, indexed (``items[17].demand.cpu.min``).
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from rest_framework import serializers
 
 from apps.actions.demand import DemandError, parse_demand
 from apps.actions.selectors import SubmitCatalog
 from apps.actions.services import ActionSpec
+from apps.resources.models import PoolKind
 from apps.trajectories.models import Trajectory
 from controlplane.api.fields import INT64_MAX, FiniteFloatField
 
@@ -109,6 +111,9 @@ class ActionItemSerializer(serializers.Serializer):
             pool_id = service.pool_id
         else:
             pool_id = catalog.default_pool_id(demand.key_resource)
+        payload = attrs.get("payload")
+        if catalog.pool_kind(pool_id) == PoolKind.API:
+            _check_api_request(payload)
         timeout_s = attrs.get("timeout_s")
         if timeout_s is None and tool is not None:
             timeout_s = tool.timeout_s
@@ -119,11 +124,38 @@ class ActionItemSerializer(serializers.Serializer):
             trajectory_id=attrs.get("trajectory"),
             pool_id=pool_id,
             command=attrs.get("command", ""),
-            payload=attrs.get("payload"),
+            payload=payload,
             single_unit_duration_s=attrs.get("single_unit_duration_s"),
             timeout_s=timeout_s,
             idempotency_key=attrs.get("idempotency_key"),
         )
+
+
+API_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
+
+
+def _check_api_request(payload: Any) -> None:
+    """An action in an API pool is an HTTP call: ``payload.request`` says which (§5.1)."""
+    request = payload.get("request") if isinstance(payload, dict) else None
+    if not isinstance(request, dict):
+        raise serializers.ValidationError(
+            {"payload": {"request": ["an action in an API pool needs {method, url, ...}"]}}
+        )
+    errors: dict[str, list[str]] = {}
+    url = request.get("url")
+    if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https"):
+        errors["url"] = ["must be an http(s) URL"]
+    method = request.get("method", "GET")
+    if not isinstance(method, str) or method.upper() not in API_METHODS:
+        errors["method"] = [f"must be one of {', '.join(sorted(API_METHODS))}"]
+    headers = request.get("headers", {})
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        errors["headers"] = ["must map header names to strings"]
+    timeout = request.get("timeout_s", 30)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 600:
+        errors["timeout_s"] = ["must be a number of seconds in (0, 600]"]
+    if errors:
+        raise serializers.ValidationError({"payload": {"request": errors}})
 
 
 def check_trajectories(*, job_id: int, specs: list[ActionSpec], field: str | None) -> None:

@@ -25,7 +25,7 @@ from apps.dashboard.snapshots import job_snapshot, node_view, pool_snapshot
 from apps.jobs.models import Job
 from apps.policies.models import Policy, PolicyKind
 from apps.policies.services import policy_create, policy_update
-from apps.resources.models import ApiQuota, Node, NodeStatus, PoolKind, ResourcePool
+from apps.resources.models import Node, NodeStatus, PoolKind, ResourcePool
 
 DEMO_JOB_NAME = "dashboard-demo"
 MAX_DEMO_ACTIONS = 10_000
@@ -119,16 +119,12 @@ def dashboard_node_set_draining(*, user: User, node: Node, draining: bool) -> No
 
 
 def _demo_demand(pool: ResourcePool) -> tuple[dict[str, Any], dict[str, Any] | None, list[str]]:
-    """A demand fit for the pool: elastic cores, one GPU, or one call of the pool's API quota."""
-    if pool.kind == PoolKind.GPU:
-        return {"gpu": {"units": [1]}}, None, []
-    if pool.kind == PoolKind.API:
-        quota = ApiQuota.objects.filter(pool=pool).values_list("name", flat=True).first()
-        if quota is None:
-            raise DashboardInputError(
-                [{"field": "pool", "reason": f"API pool {pool.name} has no quota registered"}]
-            )
-        return {f"api:{quota}": {"min": 1, "max": 1}}, None, [quota]
+    """Elastic cores: the demo runs shell commands, which only CPU pools execute (GPU pools have
+    no scheduler service yet; API pools run HTTP calls, not commands)."""
+    if pool.kind != PoolKind.CPU:
+        raise DashboardInputError(
+            [{"field": "pool", "reason": f"{pool.name} is a {pool.kind} pool; choose a CPU pool"}]
+        )
     efficiency = [1.0, 0.95, 0.9, 0.85]
     return {"cpu": {"min": 1, "max": 4}}, {"resource": "cpu", "efficiency": efficiency}, []
 

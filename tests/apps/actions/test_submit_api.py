@@ -75,6 +75,31 @@ def test_api_quota_resources(job_actor):
     assert "demand.api:other" in error_fields(unknown)
 
 
+def test_an_action_in_an_api_pool_must_name_its_http_request(job_actor):
+    PoolFactory.create(name="web-apis", kind="api")
+    ApiQuotaFactory.create(name="search")
+    missing = submit(job_actor, {"demand": {"api:search": 1}, "pool": "web-apis"})
+    assert "payload.request" in error_fields(missing)
+    bad = submit(
+        job_actor,
+        {
+            "demand": {"api:search": 1},
+            "pool": "web-apis",
+            "payload": {"request": {"url": "ftp://x", "method": "BREW", "timeout_s": 0}},
+        },
+    )
+    fields = error_fields(bad)
+    assert {"payload.request.url", "payload.request.method", "payload.request.timeout_s"} <= set(
+        fields
+    )
+    request = {"method": "POST", "url": "http://127.0.0.1:9/search", "json": {"q": "loom"}}
+    ok = submit(
+        job_actor,
+        {"demand": {"api:search": 1}, "pool": "web-apis", "payload": {"request": request}},
+    )
+    assert ok.status_code == 201, ok.json()
+
+
 def test_idempotency_key_returns_the_same_action(job_actor):
     payload = {"demand": CPU_DEMAND, "idempotency_key": "step-1/sample-3"}
     first = submit(job_actor, payload)

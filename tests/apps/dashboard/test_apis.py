@@ -196,6 +196,16 @@ def test_launch_demo_submits_real_actions(
     assert too_many.json()["errors"][0]["field"] == "count"
 
 
+def test_launch_demo_refuses_pools_that_do_not_run_commands(admin_client: Any, db: Any) -> None:
+    from tests.factories import PoolFactory
+
+    PoolFactory.create(name="web-apis", kind="api")
+    body = {"pool": "web-apis", "count": 5, "duration_s": 0.5}
+    response = admin_client.post(f"{API}/launch/demo", body, format="json")
+    assert response.status_code == 400
+    assert response.json()["errors"][0]["field"] == "pool"
+
+
 def test_simulation_input_is_validated(admin_client: Any, operator_client: Any, db: Any) -> None:
     bad = admin_client.post(
         f"{API}/launch/simulate",
