@@ -198,7 +198,7 @@ class Command(BaseCommand):
                     f"    {curl}",
                     "",
                     "  A live workload of AI-coding trajectories runs on this machine's cores",
-                    "  (test suites as elastic reward actions); watch it in the API or the admin.",
+                    "  (test suites as elastic reward actions); watch it live on the dashboard.",
                     line,
                 ]
             )
