@@ -80,10 +80,15 @@ def redis_prefix(label: str) -> Iterator[str]:
 def django_env(
     database_url: str, *, redis: str | None = None, prefix: str = "loom"
 ) -> dict[str, str]:
-    """Environment of a child process running Django against the throwaway database."""
+    """Environment of a child process running Django against the throwaway database.
+
+    Production settings (DEBUG off: no per-query bookkeeping), with a throwaway secret key.
+    """
     env = dict(os.environ)
     env.update(
-        DJANGO_SETTINGS_MODULE="controlplane.settings.dev",
+        DJANGO_SETTINGS_MODULE="controlplane.settings.prod",
+        LOOM_SECRET_KEY=f"bench-{uuid.uuid4().hex}{uuid.uuid4().hex}",
+        LOOM_SECURE_COOKIES="false",
         DATABASE_URL=database_url,
         LOOM_LOG_LEVEL="WARNING",
         LOOM_STREAM_PREFIX=prefix,

@@ -31,8 +31,8 @@ import asyncio
 import os
 import statistics
 import sys
-import threading
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from bench.report import BenchReport, Target, plot_path
 POOL = "cpu"
 SHELL_STEP = "python3 -c 'print(sum(i * i for i in range(300_000)))'"
 SUITE_TESTS = 16
-SUITE_ROUNDS = 120  # ≈ 2 s on one idle core of this machine
+SUITE_ROUNDS = 220  # ≈ 3.5 s on one idle core of this machine
 
 
 def _calibrate(project: Path, cores: int) -> dict[str, Any]:
@@ -91,7 +91,8 @@ def run_all(params: dict[str, Any]) -> dict[str, Any]:
     pool = ResourcePool.objects.create(name=POOL, kind=PoolKind.CPU)
     job = Job.objects.create(name="real-cpu", owner=User.objects.create_user("bench"))
     scratch = Path(params["scratch"])
-    project = write_project(scratch / "project", tests=SUITE_TESTS, rounds_per_test=SUITE_ROUNDS)
+    suite = params.get("suite") or {"tests": SUITE_TESTS, "rounds_per_test": SUITE_ROUNDS}
+    project = write_project(scratch / "project", **suite)
     params = {**params, **_calibrate(project, params["cores"])}
     results: dict[str, Any] = {"calibration": {k: params[k] for k in ("t1_s", "efficiency")}}
     for approach in params["approaches"]:

@@ -116,28 +116,71 @@ class SchedulerService:
         self._offline: list[str] = []
         self._consumer = f"scheduler:{config.instance}"
         self._events = self.streams.events(config.pool)
+        # Event batches and housekeeping passes never interleave (both touch the same state).
+        self._lock = asyncio.Lock()
+        self._broken = False  # a pass failed half-way: rebuild from the store before going on
+        self.recoveries = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Rebuild, then serve until ``stop`` is set."""
-        await self.rebuild()
+        """Rebuild, then serve until ``stop`` is set.
+
+        A batch that fails half-way (the database or Redis went away) leaves memory ahead of the
+        store; the service then does what a restart would — rebuilds from the store and re-reads
+        its unacknowledged events — with a growing back-off, instead of dying in a live process.
+        """
+        async with self._lock:
+            await self.rebuild()
         housekeeping = asyncio.create_task(self._housekeeping_loop(stop))
+        backoff = 0.05
         try:
             while not stop.is_set():
-                deliveries = await self.transport.read(
-                    self._events,
-                    SCHEDULER_GROUP,
-                    self._consumer,
-                    count=self.config.read_count,
-                    block_ms=self.config.block_ms,
-                )
-                if deliveries:
-                    await self.handle(deliveries)
+                try:
+                    if self._broken:
+                        await asyncio.sleep(backoff)
+                        async with self._lock:
+                            await self._recover()
+                    deliveries = await self.transport.read(
+                        self._events,
+                        SCHEDULER_GROUP,
+                        self._consumer,
+                        count=self.config.read_count,
+                        block_ms=self.config.block_ms,
+                    )
+                    if deliveries:
+                        async with self._lock:
+                            await self.handle(deliveries)
+                    backoff = 0.05
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception(
+                        "pool %s: a batch failed; rebuilding from the store", self.config.pool
+                    )
+                    self._broken = True
+                    backoff = min(backoff * 2, 5.0)
         finally:
             housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await housekeeping
+
+    async def _recover(self) -> None:
+        """Forget the in-memory state and rebuild it as a restarted process would."""
+        self.scheduler = None
+        self.active = {}
+        self.nodes = {}
+        self.last_seen = {}
+        self.policy_version = None
+        self._orphan_failures = []
+        self._offline = []
+        self._broken = False
+        self.recoveries += 1
+        try:
+            await self.rebuild()
+        except Exception:
+            self._broken = True
+            raise
 
     async def rebuild(self) -> None:
         """State from the store plus this group's unacknowledged events (crash recovery)."""
@@ -372,20 +415,35 @@ class SchedulerService:
         last_policy = 0.0
         while not stop.is_set():
             await asyncio.sleep(self.config.housekeeping_interval_s)
-            now = self.clock()
-            batch = _Batch()
-            batch.finished.extend(self._drain_orphans())
-            self._check_nodes(batch, now)
-            if self._offline:
-                offline, self._offline = self._offline, []
-                await asyncio.to_thread(self.store.mark_nodes_offline, offline)
-            self._check_deadlines(batch, now)
-            if now - last_policy >= self.config.policy_refresh_s:
-                last_policy = now
-                await self._refresh_policy()
-            await self._schedule_and_persist(batch, now)
-            if self.publish_snapshot is not None:
-                await self.publish_snapshot(self.config.pool, self.snapshot(now))
+            if self._broken:
+                continue  # the main loop rebuilds first
+            refresh = self.clock() - last_policy >= self.config.policy_refresh_s
+            try:
+                async with self._lock:
+                    await self._housekeeping_pass(refresh)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("pool %s: housekeeping failed; rebuilding", self.config.pool)
+                self._broken = True
+            else:
+                if refresh:
+                    last_policy = self.clock()
+
+    async def _housekeeping_pass(self, refresh_policy: bool) -> None:
+        now = self.clock()
+        batch = _Batch()
+        batch.finished.extend(self._drain_orphans())
+        self._check_nodes(batch, now)
+        if self._offline:
+            offline, self._offline = self._offline, []
+            await asyncio.to_thread(self.store.mark_nodes_offline, offline)
+        self._check_deadlines(batch, now)
+        if refresh_policy:
+            await self._refresh_policy()
+        await self._schedule_and_persist(batch, now)
+        if self.publish_snapshot is not None:
+            await self.publish_snapshot(self.config.pool, self.snapshot(now))
 
     def _check_nodes(self, batch: _Batch, now: float) -> None:
         timeout = self.config.heartbeat_timeout_s

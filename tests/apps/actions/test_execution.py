@@ -29,7 +29,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 @pytest.fixture
 async def loom(tmp_path: Path) -> AsyncIterator[tuple[AsyncClient, EmbeddedRuntime]]:
     def set_up() -> str:
-        PoolFactory.create(name="cpu", kind=PoolKind.CPU)
+        pool = PoolFactory.create(name="cpu", kind=PoolKind.CPU)
+        # Created before the runtime starts: on SQLite (in-memory, shared cache) a write racing
+        # the runtime's store threads fails with "database table is locked".
+        ToolFactory.create(name="suite", command_template="echo dop={dop}", pool=pool)
         return make_key(job=JobFactory.create())[1]
 
     raw_key = await asyncio.to_thread(set_up)
@@ -65,13 +68,6 @@ async def test_submitted_actions_run_and_report_act(loom: Any) -> None:
 
 async def test_elastic_command_gets_the_allocated_cores(loom: Any) -> None:
     client, _ = loom
-    await asyncio.to_thread(
-        lambda: ToolFactory.create(
-            name="suite",
-            command_template="echo dop={dop}",
-            pool=PoolFactory.create(name="cpu", kind=PoolKind.CPU),
-        )
-    )
     action = await client.submit(
         tool="suite",
         demand={"cpu": {"min": 1, "max": 2}},

@@ -1,0 +1,34 @@
+"""The overhead benchmark's core at a tiny size: every mode runs end to end (shape, not timing)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench._execution import Unavailable
+from bench.overhead import measure
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_every_mode_measures_noop_round_trips() -> None:
+    sizes = {
+        "celery": 5,
+        "single": [(1, 3), (2, 4)],
+        "batch": [(1, 2), (10, 1)],
+        "throughput": 200,
+    }
+    try:
+        result = measure(sizes)
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    assert result["celery"]["n"] == 5 and result["celery"]["p50_ms"] > 0
+    assert result["single@1"]["n"] == 3 and result["single@2"]["n"] == 4
+    assert set(result["single@1_legs"]) == {
+        "submit_request",
+        "result_request",
+        "submitted_to_scheduled",
+        "scheduled_to_started",
+    }
+    assert result["batch@10"]["latency"]["n"] == 10
+    assert result["batch@10"]["amortised"]["p50_ms"] > 0
+    assert result["throughput"]["succeeded"] == 200

@@ -1,0 +1,165 @@
+"""The scheduler service with a real local CPU agent on the in-process transport and an in-memory
+store: crash-restart without running an action twice, no-op dispatches, unsatisfiable demands."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.workers.scheduler.memory_store import MemoryStore
+from workers.agents.common.agent import AgentSettings
+from workers.agents.cpu import CpuAgent, LocalBackend
+from workers.scheduler import ActionRecord, SchedulerService, ServiceConfig
+from workers.scheduler.specs import dispatch_for, dispatch_kind
+from workers.transport import ActionsSubmitted, InProcessTransport, StreamNames
+
+pytestmark = pytest.mark.timeout(60)
+POOL = "cpu"
+CORES = sorted(os.sched_getaffinity(0))[:2]
+FAST = AgentSettings(heartbeat_interval_s=0.1, reclaim_interval_s=0.2, read_block_ms=50)
+
+
+def _record(action_id: int, command: str | None, **fields: object) -> ActionRecord:
+    return ActionRecord(
+        action_id=action_id,
+        job_id=1,
+        kind="cpu",
+        demand={"cpu": {"min": 1, "max": 1}},
+        submitted_at=time.time(),
+        command=command,
+        timeout_s=30.0,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+class Harness:
+    def __init__(self, tmp_path: Path, store: MemoryStore) -> None:
+        self.transport = InProcessTransport()
+        self.streams = StreamNames(prefix="svc-test")
+        self.store = store
+        self.agent = CpuAgent(
+            transport=self.transport,
+            node_id="node-a",
+            pool=POOL,
+            backend=LocalBackend(node_id="node-a", work_root=tmp_path / "work"),
+            cores=CORES,
+            streams=self.streams,
+            settings=FAST,
+        )
+        self.stop = asyncio.Event()
+        self.service: SchedulerService | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    async def start_service(self) -> SchedulerService:
+        self.stop = asyncio.Event()
+        self.service = SchedulerService(
+            config=ServiceConfig(pool=POOL, housekeeping_interval_s=0.1, block_ms=20),
+            transport=self.transport,
+            store=self.store,
+            streams=self.streams,
+        )
+        self.task = asyncio.create_task(self.service.run(self.stop))
+        await asyncio.wait_for(self.service.started.wait(), 10)
+        return self.service
+
+    async def crash_service(self) -> None:
+        """Like kill -9: the task dies where it is, nothing is flushed or acknowledged."""
+        assert self.task is not None
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+    async def submit(self, *action_ids: int) -> None:
+        await self.transport.publish(
+            self.streams.events(POOL), ActionsSubmitted(action_ids=tuple(action_ids))
+        )
+
+    async def wait_status(self, action_id: int, statuses: set[str], timeout_s: float = 20) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.store.records[action_id].status not in statuses:
+            assert time.monotonic() < deadline, self.store.records[action_id]
+            await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    running = Harness(tmp_path, MemoryStore())
+    await running.start_service()
+    await running.agent.start()
+    try:
+        yield running
+    finally:
+        running.stop.set()
+        await running.agent.stop()
+        if running.task is not None and not running.task.done():
+            await asyncio.wait_for(running.task, 10)
+
+
+async def test_restart_redispatches_without_running_twice(harness: Harness, tmp_path: Path) -> None:
+    runs = tmp_path / "runs.txt"
+    harness.store.records[1] = _record(1, f"sleep 0.3; echo ran >> {runs}")
+    await harness.submit(1)
+    await harness.wait_status(1, {"scheduled", "running"})
+    await harness.crash_service()  # its dispatch is out; its result will wait in the stream
+    await asyncio.sleep(0.6)  # the agent finishes attempt 1 meanwhile
+    service = await harness.start_service()  # rebuild: re-dispatches attempt 1 on its cores
+    assert service.dispatched == 1
+    await harness.wait_status(1, {"succeeded"})
+    await asyncio.sleep(0.3)  # a second run would have appended by now
+    assert runs.read_text().split() == ["ran"]
+    assert harness.store.finished[1].attempt == 1
+
+
+async def test_an_action_without_a_command_is_a_noop(harness: Harness) -> None:
+    harness.store.records[2] = _record(2, None)
+    await harness.submit(2)
+    await harness.wait_status(2, {"succeeded"})
+    result = harness.store.finished[2]
+    assert result.exit_code is None and result.output == ""
+    assert result.started_at == result.finished_at  # answered inline, no process
+
+
+async def test_a_demand_no_node_can_meet_fails_with_its_reason(harness: Harness) -> None:
+    harness.store.records[3] = replace_demand(_record(3, "true"), {"cpu": {"min": 64, "max": 64}})
+    await harness.submit(3)
+    await harness.wait_status(3, {"failed"})
+    assert harness.store.finished[3].reason
+
+
+def replace_demand(record: ActionRecord, demand: dict[str, object]) -> ActionRecord:
+    from dataclasses import replace
+
+    return replace(record, demand=demand)
+
+
+def test_dispatch_kind() -> None:
+    assert dispatch_kind(_record(1, None)) == "noop"
+    assert dispatch_kind(_record(1, "  ")) == "noop"
+    assert dispatch_kind(_record(1, "echo hi")) == "cpu"
+    dispatch = dispatch_for(_record(1, None), attempt=1, cores=(0,))
+    assert dispatch.kind == "noop" and dispatch.command is None
+
+
+async def test_a_failed_batch_is_recovered_by_rebuilding(harness: Harness) -> None:
+    """The store fails once mid-batch (a database blip): the service rebuilds, nothing is lost."""
+    real_apply = harness.store.apply
+    failures: list[bool] = []
+
+    def flaky_apply(**changes: object) -> list[int]:
+        if changes.get("scheduled") and not failures:
+            failures.append(True)
+            raise ConnectionError("database went away")
+        return real_apply(**changes)  # type: ignore[arg-type]
+
+    harness.store.apply = flaky_apply  # type: ignore[method-assign]
+    harness.store.records[4] = _record(4, "echo recovered")
+    await harness.submit(4)
+    await harness.wait_status(4, {"succeeded"})
+    assert failures and harness.service is not None and harness.service.recoveries == 1
+    assert harness.store.finished[4].output.strip() == "recovered"
