@@ -95,7 +95,15 @@ def database_from_url(name: str, url: str | None, *, sqlite_path: Path) -> dict[
                 f"{name}: a PostgreSQL URL needs a database name, "
                 f"e.g. postgres://user@host:5432/loom; got {url!r}"
             )
-        options = dict(parse_qsl(parts.query, keep_blank_values=False))
+        options: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=False))
+        # Under ASGI every request runs on a fresh thread, so per-thread persistent connections
+        # are never reused: a pool hands each request a warm connection (and caps the total).
+        if env_str("LOOM_DB_POOL", "on") != "off":
+            options["pool"] = {
+                "min_size": 2,
+                "max_size": int(env_str("LOOM_DB_POOL_SIZE", "32")),
+                "timeout": 30,
+            }
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": database,
@@ -104,8 +112,8 @@ def database_from_url(name: str, url: str | None, *, sqlite_path: Path) -> dict[
             "HOST": parts.hostname or "",
             "PORT": str(port or ""),
             "OPTIONS": options,
-            "CONN_MAX_AGE": 60,
-            "CONN_HEALTH_CHECKS": True,
+            "CONN_MAX_AGE": 0 if "pool" in options else 60,
+            "CONN_HEALTH_CHECKS": "pool" not in options,
         }
     if parts.scheme == "sqlite":
         path = url[len("sqlite://") :]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
@@ -318,10 +319,18 @@ class ActionResultApi(APIView):
             with get_notifier().subscribe(action.pk) as subscription:
                 action.refresh_from_db()  # an end between the first read and subscribe
                 if not action.is_terminal:
+                    release_connection()
                     subscription.wait(wait)
                     action.refresh_from_db()
         code = status.HTTP_200_OK if action.is_terminal else status.HTTP_202_ACCEPTED
         return Response(ActionResultSerializer(action).data, status=code)
+
+
+def release_connection() -> None:
+    """Give the database connection back while a long-poll waits (it may wait 60 s), so that
+    waiting requests never exhaust PostgreSQL's connections; the re-read takes a fresh one."""
+    if not connection.in_atomic_block:
+        connection.close()
 
 
 class ActionAwaitApi(APIView):
@@ -362,6 +371,7 @@ class ActionAwaitApi(APIView):
             with get_notifier().subscribe(*ids) as subscription:
                 ended = list(visible.filter(status__in=TERMINAL_STATUSES))
                 if not ended:
+                    release_connection()
                     subscription.wait(wait)
                     ended = list(visible.filter(status__in=TERMINAL_STATUSES))
         ended_ids = {action.pk for action in ended}

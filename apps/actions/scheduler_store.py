@@ -311,11 +311,19 @@ class DjangoActionStore:
                 "cores": len(register.cores),
                 "memory_mb": register.memory_mb,
                 "agent_version": register.agent_id[:64],
-                "status": NodeStatus.ONLINE,
                 "last_heartbeat_at": timezone.now(),
             },
         )
+        # A (re-)registering agent brings an offline node back, but never ends an operator's drain.
+        Node.objects.filter(pk=node.pk, status=NodeStatus.OFFLINE).update(status=NodeStatus.ONLINE)
         self._node_ids[node.name] = node.pk
+
+    def draining_nodes(self, pool: str) -> set[str]:
+        return set(
+            Node.objects.filter(pool__name=pool, status=NodeStatus.DRAINING).values_list(
+                "name", flat=True
+            )
+        )
 
     def record_heartbeats(self, node_ids: Sequence[str], at: float) -> None:
         Node.objects.filter(name__in=list(node_ids)).exclude(status=NodeStatus.DRAINING).update(

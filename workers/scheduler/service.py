@@ -113,6 +113,7 @@ class SchedulerService:
         self.started = asyncio.Event()
         self._api_round_robin = 0
         self._orphan_failures: list[FinishUpdate] = []
+        self.draining: set[str] = set()
         self._offline: list[str] = []
         self._consumer = f"scheduler:{config.instance}"
         self._events = self.streams.events(config.pool)
@@ -386,7 +387,7 @@ class SchedulerService:
             topology = self.scheduler.topology
             assert isinstance(topology, CpuTopology)
             if known:
-                topology.set_node_available(register.node_id, True)
+                topology.set_node_available(register.node_id, register.node_id not in self.draining)
             else:
                 topology.add_node(_cpu_node_spec(register))
 
@@ -441,6 +442,7 @@ class SchedulerService:
         self._check_deadlines(batch, now)
         if refresh_policy:
             await self._refresh_policy()
+            await self._refresh_drains()
         await self._schedule_and_persist(batch, now)
         if self.publish_snapshot is not None:
             await self.publish_snapshot(self.config.pool, self.snapshot(now))
@@ -479,6 +481,23 @@ class SchedulerService:
                     f"{self.config.result_grace_s:.0f} s",
                 )
             )
+
+    async def _refresh_drains(self) -> None:
+        """Operators drain nodes from the dashboard: running actions finish, nothing new lands."""
+        draining = await asyncio.to_thread(self.store.draining_nodes, self.config.pool)
+        if draining == self.draining:
+            return
+        if self.kind == "cpu" and self.scheduler is not None:
+            topology = self.scheduler.topology
+            assert isinstance(topology, CpuTopology)
+            for node in draining - self.draining:
+                if node in topology.nodes:
+                    topology.set_node_available(node, False)
+            for node in self.draining - draining:
+                if node in topology.nodes and node in self.last_seen:
+                    topology.set_node_available(node, True)
+        log.info("pool %s: draining %s", self.config.pool, sorted(draining) or "no node")
+        self.draining = draining
 
     async def _refresh_policy(self) -> None:
         assert self.scheduler is not None
@@ -531,7 +550,7 @@ class SchedulerService:
     def _node_for(self, assignment: Assignment) -> str:
         if self.kind != "api":
             return assignment.node
-        live = sorted(n for n in self.nodes if n in self.last_seen)
+        live = sorted(n for n in self.nodes if n in self.last_seen and n not in self.draining)
         if not live:
             return assignment.node
         self._api_round_robin = (self._api_round_robin + 1) % len(live)

@@ -18,6 +18,7 @@ class MemoryStore:
         self.finished: dict[int, FinishUpdate] = {}
         self.nodes: dict[str, NodeRegister] = {}
         self.policy: tuple[int, dict[str, Any]] | None = None
+        self.draining: set[str] = set()
 
     def pool_kind(self, pool: str) -> str:
         return "cpu"
@@ -72,6 +73,9 @@ class MemoryStore:
             record = self.records[action_id]
             if record.status == "scheduled":
                 self.records[action_id] = replace(record, status="running")
+
+    def draining_nodes(self, pool: str) -> set[str]:
+        return set(self.draining)
 
     def upsert_node(self, register: NodeRegister) -> None:
         self.nodes[register.node_id] = register

@@ -163,3 +163,25 @@ async def test_a_failed_batch_is_recovered_by_rebuilding(harness: Harness) -> No
     await harness.wait_status(4, {"succeeded"})
     assert failures and harness.service is not None and harness.service.recoveries == 1
     assert harness.store.finished[4].output.strip() == "recovered"
+
+
+async def test_a_draining_node_finishes_its_work_but_takes_nothing_new(harness: Harness) -> None:
+    harness.store.records[5] = _record(5, "sleep 0.4; echo first")
+    await harness.submit(5)
+    await harness.wait_status(5, {"scheduled", "running"})
+    harness.store.draining = {"node-a"}  # an operator drains the only node
+    await asyncio.sleep(0.5)  # the service reads drains with its policy, about once a second
+    assert harness.service is not None
+    for _ in range(40):
+        if harness.service.draining == {"node-a"}:
+            break
+        await asyncio.sleep(0.05)
+    harness.store.records[6] = _record(6, "echo second")
+    await harness.submit(6)
+    await harness.wait_status(5, {"succeeded"})  # what ran there finishes
+    await asyncio.sleep(0.5)
+    assert harness.store.records[6].status == "queued"  # nothing new lands on it
+    assert harness.service.scheduler is not None
+    assert harness.service.scheduler.head_wait_reason() is not None
+    harness.store.draining = set()  # resume
+    await harness.wait_status(6, {"succeeded"})
