@@ -2,8 +2,9 @@
 
 Knob names follow the Tangram scheduler's live-settable options (arl-tangram §4.2: ``depth`` of
 the objective approximation, Alg. 2; DoP bounds of elastic actions; the algorithm: Loom's elastic
-scheduler or the paper's baselines ``fcfs-min`` and ``fixed-dop``). ``quotas`` caps what one job may
-hold at once, per resource: ``{"<job name>": {"cpu": 32}}``.
+scheduler or the paper's baselines ``fcfs-min`` and ``fixed-dop``). ``quotas`` overrides the limits
+of the pool's rate-limited APIs (§5.1), ``{"api:<name>": {"concurrency", "quota", "period_s"}}``;
+the scheduler of an API pool applies them live.
 """
 
 from __future__ import annotations
@@ -58,10 +59,13 @@ POLICY_FIELDS: tuple[PolicyField, ...] = (
     ),
     PolicyField(
         "quotas",
-        "Job quotas",
+        "API quotas",
         "json",
         {},
-        help='most units one job may hold, e.g. {"my-job": {"cpu": 32}}',
+        help=(
+            "limits of the pool's rate-limited APIs, applied live (arl-tangram §5.1), e.g. "
+            '{"api:search": {"concurrency": 16, "quota": 600, "period_s": 60}}'
+        ),
     ),
 )
 FIELDS_BY_NAME = {field.name: field for field in POLICY_FIELDS}
@@ -85,13 +89,26 @@ def _check_number(field: PolicyField, value: Any) -> str | None:
 
 def _check_quotas(value: Any) -> str | None:
     if not isinstance(value, dict):
-        return 'must be an object like {"job-name": {"cpu": 32}}'
-    for job, limits in value.items():
-        if not isinstance(limits, dict):
-            return f"quota of {job!r} must be an object of resource → units"
-        for resource, units in limits.items():
-            if isinstance(units, bool) or not isinstance(units, int | float) or units < 0:
-                return f"{job}.{resource} must be a non-negative number"
+        return 'must be an object like {"api:search": {"concurrency": 16}}'
+    for name, limits in value.items():
+        if not str(name).startswith("api:"):
+            return f"{name!r} is not an API resource (api:<name>)"
+        if not isinstance(limits, dict) or not limits:
+            return f"{name} must be an object with concurrency, quota and/or period_s"
+        unknown = set(limits) - {"concurrency", "quota", "period_s"}
+        if unknown:
+            return f"{name}.{sorted(unknown)[0]} is not a limit (concurrency, quota, period_s)"
+        for key in ("concurrency", "quota"):
+            units = limits.get(key)
+            if units is not None and (isinstance(units, bool) or not isinstance(units, int)):
+                return f"{name}.{key} must be a whole number"
+            if units is not None and units < 0:
+                return f"{name}.{key} must be ≥ 0"
+        if limits.get("concurrency") is None and limits.get("quota") is None:
+            return f"{name} needs a concurrency or a quota"
+        period = limits.get("period_s", 60)
+        if isinstance(period, bool) or not isinstance(period, int | float) or not period > 0:
+            return f"{name}.period_s must be a number of seconds > 0"
     return None
 
 

@@ -508,10 +508,27 @@ class SchedulerService:
         changes = {k: settings[k] for k in POLICY_FIELDS if k in settings}
         try:
             self.scheduler.set_policy(**changes)
-        except ValueError as exc:
+            self._apply_api_quotas(settings.get("quotas") or {})
+        except (ValueError, TypeError) as exc:
             log.error("policy v%s of pool %s rejected: %s", version, self.config.pool, exc)
         self.policy_version = version
         log.info("pool %s now runs policy v%s: %s", self.config.pool, version, changes)
+
+    def _apply_api_quotas(self, quotas: dict[str, Any]) -> None:
+        """An API pool's policy may override its APIs' limits (arl-tangram §5.1), live."""
+        assert self.scheduler is not None
+        topology = self.scheduler.topology
+        if not isinstance(topology, BasicTopology):
+            return
+        for name, limits in quotas.items():
+            topology.set_limit(
+                name,
+                BasicLimit(
+                    concurrency=limits.get("concurrency"),
+                    quota=limits.get("quota"),
+                    period_s=float(limits.get("period_s", 60.0)),
+                ),
+            )
 
     def snapshot(self, now: float) -> dict[str, Any]:
         """Compact state for the dashboard (published a few times per second at most)."""

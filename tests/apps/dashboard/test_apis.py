@@ -164,6 +164,23 @@ def test_policy_changes_are_validated_versioned_and_diffed(
     assert listing["pools"][0]["current"]["settings"]["depth"] == 4
 
 
+def test_api_quotas_in_a_policy_are_validated(admin_client: Any, cpu_pool: Any) -> None:
+    url = f"{API}/policies/cpu"
+    for quotas, fragment in [
+        ({"my-job": {"cpu": 3}}, "not an API resource"),
+        ({"api:search": {"concurrency": -1}}, "≥ 0"),
+        ({"api:search": {"period_s": 10}}, "needs a concurrency or a quota"),
+        ({"api:search": {"quota": 5, "burst": 2}}, "not a limit"),
+    ]:
+        bad = admin_client.post(url, {"settings": {"quotas": quotas}}, format="json")
+        assert bad.status_code == 400
+        [error] = bad.json()["errors"]
+        assert error["field"] == "settings.quotas" and fragment in error["reason"]
+    good = {"api:search": {"concurrency": 16, "quota": 600, "period_s": 60}}
+    ok = admin_client.post(url, {"settings": {"quotas": good}}, format="json")
+    assert ok.status_code == 201 and ok.json()["current"]["settings"]["quotas"] == good
+
+
 def test_drain_and_resume_a_node(admin_client: Any, operator_client: Any, cpu_node: Any) -> None:
     assert operator_client.post(f"{API}/nodes/{cpu_node.pk}/drain").status_code == 403
     drained = admin_client.post(f"{API}/nodes/{cpu_node.pk}/drain")

@@ -147,3 +147,16 @@ def test_quota_and_concurrency() -> None:
     acc = topology.accommodation(10.0)
     assert acc.add(spec, {"api:s": 1}).group == "api:s"
     assert topology.violations == 0
+
+
+def test_api_limits_change_live() -> None:
+    topology = BasicTopology({"api:s": BasicLimit(concurrency=2)})
+    spec = ActionSpec("a", {"api:s": ResourceDemand.exactly(1)})
+    topology.allocate(ActionSpec("held", spec.resources), "api:s", {"api:s": 1}, 0.0)
+    topology.set_limit("api:s", BasicLimit(concurrency=1))  # an operator lowers the limit
+    acc = topology.accommodation(1.0)
+    assert getattr(acc.add(spec, {"api:s": 1}), "reason", None) == WaitReason.CONCURRENCY
+    topology.release("held", 2.0)
+    assert topology.accommodation(2.0).add(spec, {"api:s": 1}).group == "api:s"
+    topology.set_limit("api:new", BasicLimit(quota=5, period_s=60.0))  # a new API appears
+    assert "api:new" in topology.resource_names and topology.free("api:new", 3.0)[1] == 5

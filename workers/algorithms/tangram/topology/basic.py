@@ -64,6 +64,15 @@ class BasicTopology(Topology):
     def resource_names(self) -> frozenset[str]:
         return frozenset(self.limits)
 
+    def set_limit(self, name: str, limit: BasicLimit) -> None:
+        """Change a resource's limits live (a policy edit). Units in use stay in use; a lower
+        concurrency simply admits nothing new until enough of them are released."""
+        if name not in self.limits:
+            self.in_use[name] = 0
+            self.used_in_period[name] = 0
+            self._window[name] = -1
+        self.limits[name] = limit
+
     def _roll(self, name: str, now: float) -> None:
         window = math.floor(now / self.limits[name].period_s)
         if window != self._window[name]:
