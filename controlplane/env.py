@@ -98,10 +98,10 @@ def database_from_url(name: str, url: str | None, *, sqlite_path: Path) -> dict[
         options: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=False))
         # Under ASGI every request runs on a fresh thread, so per-thread persistent connections
         # are never reused: a pool hands each request a warm connection (and caps the total).
-        if env_str("LOOM_DB_POOL", "on") != "off":
+        if env_bool("LOOM_DB_POOL", True):
             options["pool"] = {
                 "min_size": 2,
-                "max_size": int(env_str("LOOM_DB_POOL_SIZE", "32")),
+                "max_size": env_int("LOOM_DB_POOL_SIZE", 32, minimum=2),
                 "timeout": 30,
             }
         return {

@@ -37,7 +37,21 @@ def test_database_url_postgres():
         "db.internal",
         "6543",
     )
-    assert config["NAME"] == "loom" and config["OPTIONS"] == {"sslmode": "require"}
+    assert config["NAME"] == "loom" and config["OPTIONS"]["sslmode"] == "require"
+    # ASGI runs each request on a fresh thread: a pool, not per-thread persistent connections
+    assert config["OPTIONS"]["pool"]["max_size"] >= 1 and config["CONN_MAX_AGE"] == 0
+
+
+def test_database_pool_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("LOOM_DB_POOL", "false")
+    config = env.database_from_url(
+        "DATABASE_URL", "postgres://loom@db:5432/loom", sqlite_path=Path("unused")
+    )
+    assert "pool" not in config["OPTIONS"] and config["CONN_MAX_AGE"] == 60
+    monkeypatch.setenv("LOOM_DB_POOL", "true")
+    monkeypatch.setenv("LOOM_DB_POOL_SIZE", "lots")
+    with pytest.raises(ImproperlyConfigured, match="LOOM_DB_POOL_SIZE"):
+        env.database_from_url("DATABASE_URL", "postgres://loom@db/loom", sqlite_path=Path("x"))
 
 
 @pytest.mark.parametrize(
