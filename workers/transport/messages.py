@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, Self, TypeAlias
 
 SCHEMA_VERSION = 1
 
@@ -426,10 +426,10 @@ def _action_ids(data: dict[str, Any]) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class ActionsSubmitted:
-    """New actions are in the database (web → the pool's scheduler); ids only, rows are truth."""
+class _ActionIds:
+    """A list of action ids from the web process to a pool's scheduler; the rows are the truth."""
 
-    TYPE: ClassVar[str] = "actions_submitted"
+    TYPE: ClassVar[str] = ""
 
     action_ids: tuple[int, ...]
 
@@ -437,26 +437,23 @@ class ActionsSubmitted:
         return {"v": SCHEMA_VERSION, "type": self.TYPE, "action_ids": list(self.action_ids)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ActionsSubmitted:
+    def from_dict(cls, data: dict[str, Any]) -> Self:
         _check_header(data, cls.TYPE)
         return cls(action_ids=_action_ids(data))
 
 
 @dataclass(frozen=True)
-class ActionsCancelled:
-    """Users cancelled these actions (web → scheduler): forget them or stop their execution."""
+class ActionsSubmitted(_ActionIds):
+    """New actions are in the database: load and queue them."""
+
+    TYPE: ClassVar[str] = "actions_submitted"
+
+
+@dataclass(frozen=True)
+class ActionsCancelled(_ActionIds):
+    """Users cancelled these actions: forget them, or stop their execution."""
 
     TYPE: ClassVar[str] = "actions_cancelled"
-
-    action_ids: tuple[int, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"v": SCHEMA_VERSION, "type": self.TYPE, "action_ids": list(self.action_ids)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ActionsCancelled:
-        _check_header(data, cls.TYPE)
-        return cls(action_ids=_action_ids(data))
 
 
 Message: TypeAlias = (
