@@ -193,6 +193,8 @@ class SchedulerService:
             self.last_seen[register.node_id] = self.clock()
         self.scheduler = ElasticScheduler(await self._build_topology())
         await self._refresh_policy()
+        self.draining = set()  # a fresh topology: apply the drains again
+        await self._refresh_drains()
         now = self.clock()
         redispatch: list[tuple[_Active, Assignment]] = []
         records = await asyncio.to_thread(self.store.load_active, pool)
