@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 import re
-from collections.abc import Awaitable
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from workers.agents.common import procs
 from workers.transport.messages import Dispatch
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 _READ_CHUNK = 64 * 1024
 
@@ -99,3 +103,73 @@ def safe_name(text: str, limit: int = 80) -> str:
     """A file-system / container-name safe rendering of an id."""
     cleaned = _UNSAFE.sub("_", text).strip("._") or "x"
     return cleaned[:limit]
+
+
+async def supervise(
+    process: asyncio.subprocess.Process,
+    *,
+    dispatch: Dispatch,
+    started: float,
+    spawn_cancelled: bool,
+    kill_leftovers: Callable[[], Awaitable[object]],
+    oom_killed: Callable[[], bool],
+    pipe_drain_s: float,
+) -> ExecOutcome:
+    """Run a spawned action to its end, whatever ends it (exit, timeout or cancel), in one way for
+    every backend: wait up to the timeout, kill everything the action started, reap the child,
+    collect the capped output. A cancel arriving meanwhile is honoured after the cleanup."""
+    assert process.stdout is not None
+    reader = asyncio.create_task(read_capped(process.stdout, dispatch.output_cap_bytes))
+    exit_watch = procs.ExitWatch(process.pid)
+    timed_out = False
+    cancelled = spawn_cancelled
+    try:
+        if cancelled:
+            raise asyncio.CancelledError
+        try:
+            await asyncio.wait_for(exit_watch.wait(), dispatch.timeout_s)
+        except TimeoutError:
+            timed_out = True
+    finally:
+        exit_watch.close()  # nothing the action started survives it
+        (output, truncated, finished), cancelled = await finish_despite_cancel(
+            _reap(dispatch, process, reader, kill_leftovers, pipe_drain_s)
+        )
+    if cancelled:
+        raise asyncio.CancelledError
+    return ExecOutcome(
+        exit_code=process.returncode,
+        output=output,
+        output_truncated=truncated,
+        started_at=started,
+        finished_at=finished,
+        timed_out=timed_out,
+        oom_killed=oom_killed() and not timed_out,
+    )
+
+
+async def _reap(
+    dispatch: Dispatch,
+    process: asyncio.subprocess.Process,
+    reader: asyncio.Task[tuple[bytes, bool]],
+    kill_leftovers: Callable[[], Awaitable[object]],
+    pipe_drain_s: float,
+) -> tuple[bytes, bool, float]:
+    """Kill what is left, reap the child, collect the output: (output, truncated, finished)."""
+    await kill_leftovers()
+    try:  # asyncio's wait() also waits for the pipe; the exit status is there regardless
+        await asyncio.wait_for(process.wait(), pipe_drain_s)
+    except TimeoutError:
+        logger.error(
+            "%s: child (%s) or its pipe outlived the kill", dispatch.key, process.returncode
+        )
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    finished = time.time()
+    try:
+        output, truncated = await asyncio.wait_for(reader, pipe_drain_s)
+    except TimeoutError:
+        logger.error("output pipe of %s never closed", dispatch.key)
+        return b"", False, finished
+    return output, truncated, finished

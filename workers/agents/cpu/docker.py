@@ -28,8 +28,8 @@ from workers.agents.cpu.backend import (
     ExecOutcome,
     ExecutionBackend,
     finish_despite_cancel,
-    read_capped,
     safe_name,
+    supervise,
 )
 from workers.transport.messages import Dispatch
 
@@ -238,55 +238,15 @@ class DockerBackend(ExecutionBackend):
             env=self._cli_env,
         )
         process, cancelled = await finish_despite_cancel(spawn)
-        assert process.stdout is not None
-        reader = asyncio.create_task(read_capped(process.stdout, dispatch.output_cap_bytes))
-        exit_watch = procs.ExitWatch(process.pid)
-        timed_out = False
-        try:
-            if cancelled:
-                raise asyncio.CancelledError
-            try:
-                await asyncio.wait_for(exit_watch.wait(), dispatch.timeout_s)
-            except TimeoutError:
-                timed_out = True
-        finally:
-            exit_watch.close()
-            (output, truncated, finished), cancelled = await finish_despite_cancel(
-                self._reap(dispatch, container, process, reader)
-            )
-        if cancelled:
-            raise asyncio.CancelledError
-        oom = self._oom_kills(container) > oom_before
-        return ExecOutcome(
-            exit_code=process.returncode,
-            output=output,
-            output_truncated=truncated,
-            started_at=started,
-            finished_at=finished,
-            timed_out=timed_out,
-            oom_killed=oom and not timed_out,
+        return await supervise(
+            process,
+            dispatch=dispatch,
+            started=started,
+            spawn_cancelled=cancelled,
+            kill_leftovers=lambda: self._kill_exec(dispatch, container),
+            oom_killed=lambda: self._oom_kills(container) > oom_before,
+            pipe_drain_s=_PIPE_DRAIN_S,
         )
-
-    async def _reap(
-        self,
-        dispatch: Dispatch,
-        container: _Container,
-        process: asyncio.subprocess.Process,
-        reader: asyncio.Task[tuple[bytes, bool]],
-    ) -> tuple[bytes, bool, float]:
-        """Kill the exec's leftovers, reap the CLI, collect (output, truncated, finished)."""
-        await self._kill_exec(dispatch, container)
-        try:
-            await asyncio.wait_for(process.wait(), _PIPE_DRAIN_S)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
-        finished = time.time()
-        try:
-            output, truncated = await asyncio.wait_for(reader, _PIPE_DRAIN_S)
-        except TimeoutError:
-            return b"", False, finished
-        return output, truncated, finished
 
     async def _kill_exec(self, dispatch: Dispatch, container: _Container) -> None:
         """Kill every process of this exec still alive (its whole tree, wherever re-parented)."""

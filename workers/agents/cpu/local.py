@@ -28,8 +28,8 @@ from workers.agents.cpu.backend import (
     ExecOutcome,
     ExecutionBackend,
     finish_despite_cancel,
-    read_capped,
     safe_name,
+    supervise,
 )
 from workers.agents.cpu.cgroups import CgroupDriver, CgroupHandle, detect_cgroup_driver
 from workers.transport.messages import Dispatch
@@ -164,56 +164,17 @@ class LocalBackend(ExecutionBackend):
             )
         except (OSError, ValueError) as exc:
             return ExecOutcome(None, b"", False, started, time.time(), infra_error=str(exc))
-        assert process.stdout is not None
-        reader = asyncio.create_task(read_capped(process.stdout, dispatch.output_cap_bytes))
-        exit_watch = procs.ExitWatch(process.pid)
-        timed_out = False
-        try:
-            if cancelled:
-                raise asyncio.CancelledError
-            try:
-                await asyncio.wait_for(exit_watch.wait(), dispatch.timeout_s)
-            except TimeoutError:
-                timed_out = True
-        finally:
-            exit_watch.close()  # exit, timeout or cancel: nothing the action started survives
-            (output, truncated, finished), cancelled = await finish_despite_cancel(
-                self._reap(dispatch, process, cgroup, reader)
-            )
-        if cancelled:
-            raise asyncio.CancelledError
-        oom = cgroup.oom_killed() if cgroup is not None else False
-        return ExecOutcome(
-            exit_code=process.returncode,
-            output=output,
-            output_truncated=truncated,
-            started_at=started,
-            finished_at=finished,
-            timed_out=timed_out,
-            oom_killed=oom and not timed_out,
+        return await supervise(
+            process,
+            dispatch=dispatch,
+            started=started,
+            spawn_cancelled=cancelled,
+            kill_leftovers=lambda: asyncio.to_thread(
+                self._kill_everything, dispatch, process.pid, cgroup
+            ),
+            oom_killed=lambda: cgroup.oom_killed() if cgroup is not None else False,
+            pipe_drain_s=_PIPE_DRAIN_S,
         )
-
-    async def _reap(
-        self,
-        dispatch: Dispatch,
-        process: asyncio.subprocess.Process,
-        cgroup: CgroupHandle | None,
-        reader: asyncio.Task[tuple[bytes, bool]],
-    ) -> tuple[bytes, bool, float]:
-        """Kill what is left, reap the child, collect the output: (output, truncated, finished)."""
-        await asyncio.to_thread(self._kill_everything, dispatch, process.pid, cgroup)
-        try:  # asyncio's wait() also waits for the pipe; the exit status is there regardless
-            await asyncio.wait_for(process.wait(), _PIPE_DRAIN_S)
-        except TimeoutError:
-            logger.error("%s: child exited (%s) but its pipe stays open", dispatch.key,
-                         process.returncode)  # fmt: skip
-        finished = time.time()
-        try:
-            output, truncated = await asyncio.wait_for(reader, _PIPE_DRAIN_S)
-        except TimeoutError:
-            logger.error("output pipe of %s never closed", dispatch.key)
-            return b"", False, finished
-        return output, truncated, finished
 
     def _kill_everything(self, dispatch: Dispatch, pgid: int, cgroup: CgroupHandle | None) -> None:
         procs.kill_process_group(pgid)
