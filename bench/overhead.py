@@ -173,7 +173,13 @@ def _execution_s(action: Any) -> float:
 
 
 async def single_mode(
-    url: str, key: str, concurrency: int, total: int, legs: dict[str, list[float]] | None = None
+    url: str,
+    key: str,
+    concurrency: int,
+    total: int,
+    legs: dict[str, list[float]] | None = None,
+    *,
+    one_request: bool = False,
 ) -> list[float]:
     """``concurrency`` clients each submit one action and wait for it, ``total`` in all.
 
@@ -195,9 +201,13 @@ async def single_mode(
             while not queue.empty():
                 queue.get_nowait()
                 started = time.perf_counter()
-                action = await client.submit(**NOOP)
-                submitted = time.perf_counter()
-                done = await client.result(action.id, timeout=120)
+                if one_request:
+                    done = await client.run(**NOOP, timeout=120)
+                    submitted = started
+                else:
+                    action = await client.submit(**NOOP)
+                    submitted = time.perf_counter()
+                    done = await client.result(action.id, timeout=120)
                 elapsed = time.perf_counter() - started
                 assert done.status == "succeeded", done
                 overheads.append(elapsed - _execution_s(done))

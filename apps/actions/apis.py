@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import connection
+from django.db import IntegrityError, connection
 from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
@@ -19,19 +21,22 @@ from rest_framework.views import APIView
 
 from apps.actions import selectors, services
 from apps.actions.models import TERMINAL_STATUSES, Action, ActionStatus
-from apps.actions.notify import get_notifier
+from apps.actions.notify import Subscription, get_notifier
 from apps.actions.serializers import ActionItemSerializer, check_trajectories
 from apps.actions.services import ActionSpec
-from apps.jobs.access import Principal, principal_of
-from apps.jobs.models import Job
+from apps.jobs.access import principal_of
+from apps.jobs.models import ApiKey, Job
 from apps.jobs.selectors import job_list
 from apps.resources.models import Node, ResourcePool, Service, Tool
 from controlplane.api.errors import ApiError, Conflict
 from controlplane.api.fields import INT64_MAX, FiniteFloatField
+from controlplane.api.representation import ReusedFieldsMixin
 from controlplane.api.views import CursorListView
 
+T = TypeVar("T")
 
-class ActionOutputSerializer(serializers.ModelSerializer):
+
+class ActionOutputSerializer(ReusedFieldsMixin, serializers.ModelSerializer):
     tool: serializers.SlugRelatedField[Tool] = serializers.SlugRelatedField(
         slug_field="name", read_only=True, allow_null=True
     )
@@ -109,24 +114,57 @@ class ActionResultSerializer(ActionOutputSerializer):
         read_only_fields = fields
 
 
-def resolve_job(principal: Principal, job_id: int | None) -> Job:
+def wait_field(help_text: str) -> FiniteFloatField:
+    """A long-poll's ``wait``: seconds, 0 (answer at once) up to 60."""
+    return FiniteFloatField(
+        required=False, default=0.0, min_value=0.0, max_value=60.0, help_text=help_text
+    )
+
+
+def resolve_job(request: Request, job_id: int | None) -> Job:
     """The job to submit into: a job key's own job, or the ``job`` a staff caller names."""
+    principal = principal_of(request)
     if principal.job_id is not None:
         if job_id is not None and job_id != principal.job_id:
             raise ApiError(field="job", reason=f"no job {job_id} visible to this key")
+        key = request.auth
+        if isinstance(key, ApiKey) and ApiKey.job.is_cached(key) and key.job is not None:
+            return _active(key.job)  # read with the key by the authentication, this request
         job_id = principal.job_id
     if job_id is None:
         raise ApiError(field="job", reason="this field is required (staff submit into a job)")
     job = job_list(principal=principal).filter(pk=job_id).first()
     if job is None:
         raise ApiError(field="job", reason=f"no job {job_id} visible to this key")
+    return _active(job)
+
+
+def _active(job: Job) -> Job:
     if job.status != "active":
         raise Conflict(field="job", reason=f"job {job.name!r} is {job.status}, not active")
     return job
 
 
-def _catalog_context() -> dict[str, Any]:
-    return {"catalog": selectors.submit_catalog()}
+def with_catalog(attempt: Callable[[selectors.SubmitCatalog], T]) -> T:
+    """Run a submission against the cached catalog and, if it fails on a name (400) or on a row
+    that has gone (IntegrityError), once more against a fresh one: a catalog change that did
+    not bump the generation (``apps.resources.generation``) never turns into a wrong answer."""
+    try:
+        return attempt(selectors.submit_catalog())
+    except (serializers.ValidationError, IntegrityError):
+        return attempt(selectors.submit_catalog(fresh=True))
+
+
+def prime_names(action: Action, catalog: selectors.SubmitCatalog) -> Action:
+    """Give a new action its pool, tool and service from the catalog, so the response names
+    them without a query each."""
+    if (pool := catalog.pool_by_id(action.pool_id)) is not None:
+        action.pool = pool
+    if (tool := catalog.tool_by_id(action.tool_id)) is not None:
+        action.tool = tool
+    if (service := catalog.service_by_id(action.service_id)) is not None:
+        action.service = service
+    return action
 
 
 class ActionListSubmitApi(CursorListView):
@@ -184,7 +222,14 @@ class ActionListSubmitApi(CursorListView):
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
 
+    class SubmitQuerySerializer(serializers.Serializer):
+        wait = wait_field(
+            "seconds to wait for the new action to end before answering (0..60): submit and "
+            "result in one request; the body is the action as it is when the wait ends"
+        )
+
     @extend_schema(
+        parameters=[SubmitQuerySerializer],
         request=InputSerializer,
         responses={
             201: ActionOutputSerializer,
@@ -192,15 +237,35 @@ class ActionListSubmitApi(CursorListView):
         },
     )
     def post(self, request: Request) -> Response:
-        principal = principal_of(request)
-        serializer = self.InputSerializer(data=request.data, context=_catalog_context())
-        serializer.is_valid(raise_exception=True)
-        spec: ActionSpec = serializer.validated_data
-        job = resolve_job(principal, serializer.job_id)
-        check_trajectories(job_id=job.pk, specs=[spec], field=None)
-        submitted = services.action_submit(job=job, spec=spec)
+        query = self.SubmitQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        wait: float = query.validated_data["wait"]
+        with contextlib.ExitStack() as waiting:
+            subscriptions: list[Subscription] = []
+
+            def subscribe(action: Action) -> None:
+                # Before the scheduler hears of it: its end cannot slip past the wait below.
+                if wait > 0:
+                    subscriptions.append(waiting.enter_context(get_notifier().subscribe(action.pk)))
+
+            def attempt(catalog: selectors.SubmitCatalog) -> services.Submitted:
+                serializer = self.InputSerializer(data=request.data, context={"catalog": catalog})
+                serializer.is_valid(raise_exception=True)
+                spec: ActionSpec = serializer.validated_data
+                job = resolve_job(request, serializer.job_id)
+                check_trajectories(job_id=job.pk, specs=[spec], field=None)
+                return services.action_submit(job=job, spec=spec, before_announce=subscribe)
+
+            submitted = with_catalog(attempt)
+            action = submitted.action
+            if subscriptions and not action.is_terminal:
+                release_connection()
+                subscriptions[-1].wait(wait)
+                action = Action.objects.get(pk=action.pk)
+            if submitted.created or action is not submitted.action:
+                prime_names(action, selectors.submit_catalog())
         code = status.HTTP_201_CREATED if submitted.created else status.HTTP_200_OK
-        return Response(ActionOutputSerializer(submitted.action).data, status=code)
+        return Response(ActionOutputSerializer.render(action), status=code)
 
 
 class ActionBatchApi(APIView):
@@ -233,19 +298,22 @@ class ActionBatchApi(APIView):
 
     @extend_schema(request=InputSerializer, responses={201: OutputSerializer})
     def post(self, request: Request) -> Response:
-        principal = principal_of(request)
         limit = settings.LOOM_MAX_BATCH
         items = request.data.get("items") if isinstance(request.data, dict) else None
         if isinstance(items, list) and len(items) > limit:
             raise ApiError(
                 field="items", reason=f"at most {limit} actions per batch, got {len(items)}"
             )
-        serializer = self.InputSerializer(data=request.data, context=_catalog_context())
-        serializer.is_valid(raise_exception=True)
-        specs: list[ActionSpec] = serializer.validated_data["items"]
-        job = resolve_job(principal, serializer.validated_data.get("job"))
-        check_trajectories(job_id=job.pk, specs=specs, field="items")
-        submitted = services.action_submit_batch(job=job, specs=specs)
+
+        def attempt(catalog: selectors.SubmitCatalog) -> tuple[Job, list[services.Submitted]]:
+            serializer = self.InputSerializer(data=request.data, context={"catalog": catalog})
+            serializer.is_valid(raise_exception=True)
+            specs: list[ActionSpec] = serializer.validated_data["items"]
+            job = resolve_job(request, serializer.validated_data.get("job"))
+            check_trajectories(job_id=job.pk, specs=specs, field="items")
+            return job, services.action_submit_batch(job=job, specs=specs)
+
+        job, submitted = with_catalog(attempt)
         body = {
             "count": len(submitted),
             "created": sum(1 for entry in submitted if entry.created),
@@ -267,7 +335,7 @@ class ActionDetailApi(APIView):
     @extend_schema(responses=ActionOutputSerializer)
     def get(self, request: Request, action_id: int) -> Response:
         action = selectors.action_get(principal=principal_of(request), action_id=action_id)
-        return Response(ActionOutputSerializer(action).data)
+        return Response(ActionOutputSerializer.render(action))
 
 
 class ActionCancelApi(APIView):
@@ -287,20 +355,14 @@ class ActionCancelApi(APIView):
             action.refresh_from_db(fields=["status"])
             raise Conflict(field="status", reason=f"action {action.pk} already {action.status}")
         action.refresh_from_db()
-        return Response(ActionOutputSerializer(action).data)
+        return Response(ActionOutputSerializer.render(action))
 
 
 class ActionResultApi(APIView):
     """GET: the result as soon as the action ends (200), or 202 when ``wait`` seconds pass."""
 
     class QuerySerializer(serializers.Serializer):
-        wait = FiniteFloatField(
-            required=False,
-            default=0.0,
-            min_value=0.0,
-            max_value=60.0,
-            help_text="seconds to wait for the action to end (0..60)",
-        )
+        wait = wait_field("seconds to wait for the action to end (0..60)")
 
     @extend_schema(
         parameters=[QuerySerializer],
@@ -314,16 +376,18 @@ class ActionResultApi(APIView):
         query = self.QuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         wait: float = query.validated_data["wait"]
-        action = selectors.action_get(principal=principal, action_id=action_id)
-        if not action.is_terminal and wait > 0:
-            with get_notifier().subscribe(action.pk) as subscription:
-                action.refresh_from_db()  # an end between the first read and subscribe
+        if wait > 0:
+            # Subscribe first, then read: an end that commits after the read still wakes us.
+            with get_notifier().subscribe(action_id) as subscription:
+                action = selectors.action_result_get(principal=principal, action_id=action_id)
                 if not action.is_terminal:
                     release_connection()
                     subscription.wait(wait)
-                    action.refresh_from_db()
+                    action = selectors.action_result_get(principal=principal, action_id=action_id)
+        else:
+            action = selectors.action_result_get(principal=principal, action_id=action_id)
         code = status.HTTP_200_OK if action.is_terminal else status.HTTP_202_ACCEPTED
-        return Response(ActionResultSerializer(action).data, status=code)
+        return Response(ActionResultSerializer.render(action), status=code)
 
 
 def release_connection() -> None:
@@ -344,7 +408,7 @@ class ActionAwaitApi(APIView):
             allow_empty=False,
             max_length=10_000,
         )
-        wait = FiniteFloatField(required=False, default=0.0, min_value=0.0, max_value=60.0)
+        wait = wait_field("seconds to wait for any of them to end (0..60)")
 
     class OutputSerializer(serializers.Serializer):
         ended = ActionResultSerializer(many=True)
@@ -376,7 +440,7 @@ class ActionAwaitApi(APIView):
                     ended = list(visible.filter(status__in=TERMINAL_STATUSES))
         ended_ids = {action.pk for action in ended}
         body = {
-            "ended": ActionResultSerializer(ended, many=True).data,
+            "ended": ActionResultSerializer.render_many(ended),
             "pending": [pk for pk in ids if pk not in ended_ids],
         }
         return Response(body)

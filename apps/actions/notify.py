@@ -1,8 +1,9 @@
 """Wake up result waiters when an action ends, without polling the database.
 
 Embedded mode: in-process waiters (``threading.Event`` per waiting request), signalled from the
-process that ended the action. Redis mode: the ender publishes on ``loom:action-ended:<id>`` and
-waiters block on a pub/sub subscription with a timeout. ``action_finish``/``action_cancel`` call
+process that ended the action. Redis mode: the ender publishes the ids on
+``<prefix>:actions-ended`` and a listener thread in each waiting process wakes its waiters
+(``RedisNotifier``). ``action_finish``/``action_cancel`` and the scheduler's store call
 ``publish_action_ended`` from ``transaction.on_commit``, so a waiter never wakes before the result
 is readable.
 
@@ -13,15 +14,22 @@ an end that lands between the read and the wait is then never missed.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from typing import Any, Protocol
+from typing import Protocol
 
 from django.conf import settings
 
-CHANNEL_PREFIX = "loom:action-ended:"
+from controlplane.redis_client import key_prefix
+
+LISTENER_CONNECT_WAIT_S = 2.0
+LISTENER_DOWN_POLL_S = 0.5
+LISTENER_IDLE_S = 30.0
+LISTENER_RETRY_S = 0.5
+log = logging.getLogger("loom.notify")
 
 
 class Subscription(Protocol):
@@ -76,51 +84,100 @@ class InProcessNotifier:
         for subscription in subscriptions:
             subscription.event.set()
 
+    def wake_all(self) -> None:
+        with self._lock:
+            subscriptions = {sub for waiters in self._waiters.values() for sub in waiters}
+        for subscription in subscriptions:
+            subscription.event.set()
+
     def waiter_count(self) -> int:
         with self._lock:
             return sum(len(waiters) for waiters in self._waiters.values())
 
 
-class _RedisSubscription:
-    def __init__(self, pubsub: Any) -> None:
-        self.pubsub = pubsub
+class _ListenerSubscription:
+    def __init__(self, local: Subscription, listening: threading.Event) -> None:
+        self.local = local
+        self.listening = listening
 
     def wait(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while (remaining := deadline - time.monotonic()) > 0:
-            # Blocks on the socket; subscribe confirmations come back as None.
-            message = self.pubsub.get_message(ignore_subscribe_messages=True, timeout=remaining)
-            if message is not None and message.get("type") == "message":
-                return True
-        return False
+        if not self.listening.is_set():
+            # No listener connected (Redis is down): wake soon and let the caller re-read the
+            # database, instead of sleeping through a wake-up nobody would deliver.
+            timeout = min(timeout, LISTENER_DOWN_POLL_S)
+        return self.local.wait(timeout)
 
 
 class RedisNotifier:
-    """Pub/sub on one channel per action, so waiters only wake for their own action."""
+    """Across processes: enders publish, one listener thread per waiting process wakes waiters.
 
-    def __init__(self, url: str) -> None:
+    An ender publishes the ids of everything one transaction ended as one message on
+    ``<prefix>:actions-ended``. Each process that waits keeps one pub/sub connection, subscribed
+    for its life by a listener thread, and wakes its local waiters (an ``InProcessNotifier``) of
+    those ids — so subscribing costs no Redis round trip and no connection per request. Whenever
+    the listener (re)connects it wakes every waiter: each re-reads the database, so an end
+    published while nobody listened is never slept through.
+    """
+
+    def __init__(self, url: str, channel: str) -> None:
         import redis
 
         self.client = redis.Redis.from_url(url)
+        self.channel = channel
+        self.local = InProcessNotifier()
+        self.listening = threading.Event()
+        self._listener: threading.Thread | None = None
+        self._lock = threading.Lock()
 
     @contextlib.contextmanager
     def subscribe(self, *action_ids: int) -> Iterator[Subscription]:
-        pubsub = self.client.pubsub()
-        try:
-            pubsub.subscribe(*(f"{CHANNEL_PREFIX}{action_id}" for action_id in action_ids))
-            yield _RedisSubscription(pubsub)
-        finally:
-            pubsub.close()
+        self._ensure_listener()
+        with self.local.subscribe(*action_ids) as local:
+            yield _ListenerSubscription(local, self.listening)
 
     def publish(self, action_ids: Iterable[int]) -> None:
-        with self.client.pipeline(transaction=False) as pipe:
-            for action_id in action_ids:
-                pipe.publish(f"{CHANNEL_PREFIX}{action_id}", b"ended")
-            pipe.execute()
+        self.client.publish(self.channel, ",".join(str(pk) for pk in action_ids))
+
+    def _ensure_listener(self) -> None:
+        with self._lock:
+            if self._listener is None or not self._listener.is_alive():
+                self._listener = threading.Thread(
+                    target=self._listen, name="loom-actions-ended", daemon=True
+                )
+                self._listener.start()
+        self.listening.wait(LISTENER_CONNECT_WAIT_S)  # the first waiter of a process only
+
+    def _listen(self) -> None:
+        import redis
+
+        while True:
+            pubsub = self.client.pubsub()
+            try:
+                pubsub.subscribe(self.channel)
+                while True:
+                    message = pubsub.get_message(timeout=LISTENER_IDLE_S)
+                    if message is None:
+                        continue
+                    if message["type"] == "subscribe":
+                        self.listening.set()
+                        self.local.wake_all()  # whatever ended while nobody listened
+                    elif message["type"] == "message":
+                        self.local.publish(_parse_ids(message["data"]))
+            except redis.RedisError:
+                self.listening.clear()
+                log.warning("action-ended listener lost Redis; reconnecting", exc_info=True)
+                time.sleep(LISTENER_RETRY_S)
+            finally:
+                pubsub.close()
+
+
+def _parse_ids(data: bytes | str) -> list[int]:
+    text = data.decode() if isinstance(data, bytes) else data
+    return [int(part) for part in text.split(",") if part]
 
 
 _in_process = InProcessNotifier()
-_redis_notifiers: dict[str, RedisNotifier] = {}
+_redis_notifiers: dict[tuple[str, str], RedisNotifier] = {}
 _redis_lock = threading.Lock()
 
 
@@ -130,9 +187,10 @@ def get_notifier() -> Notifier:
     if url is None:
         return _in_process
     with _redis_lock:
-        if url not in _redis_notifiers:
-            _redis_notifiers[url] = RedisNotifier(url)
-        return _redis_notifiers[url]
+        channel = f"{key_prefix()}:actions-ended"
+        if (url, channel) not in _redis_notifiers:
+            _redis_notifiers[url, channel] = RedisNotifier(url, channel)
+        return _redis_notifiers[url, channel]
 
 
 def publish_action_ended(action_ids: Iterable[int]) -> None:

@@ -10,32 +10,38 @@ the embedded runtime in this process (demo), Redis Streams (``REDIS_URL``), or n
 from __future__ import annotations
 
 import functools
-import os
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from dataclasses import asdict
 
-import redis
 from django.conf import settings
 from django.db import transaction
 
+from apps.actions.models import Action
 from apps.resources.models import ResourcePool
+from controlplane.redis_client import key_prefix, redis_client
 from workers.transport import ActionsCancelled, ActionsSubmitted, Message, StreamNames
 from workers.transport.messages import encode_json
 
 
-@functools.cache
-def _redis_client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url)
+def _pool_names(pool_ids: Collection[int]) -> dict[int, str]:
+    """Names from the cached submit catalog; a pool it does not know is read from the table."""
+    from apps.actions.selectors import submit_catalog
+
+    catalog = submit_catalog()
+    names = {}
+    for pool_id in pool_ids:
+        pool = catalog.pool_by_id(pool_id)
+        if pool is not None:
+            names[pool_id] = pool.name
+    missing = [pool_id for pool_id in pool_ids if pool_id not in names]
+    if missing:
+        names.update(ResourcePool.objects.filter(pk__in=missing).values_list("pk", "name"))
+    return names
 
 
-def _pool_names(pool_ids: Iterable[int]) -> dict[int, str]:
-    return dict(ResourcePool.objects.filter(pk__in=list(pool_ids)).values_list("pk", "name"))
-
-
-def stream_prefix() -> str:
-    """Key prefix of the streams: ``settings.LOOM_STREAM_PREFIX``, else the environment's."""
-    configured = getattr(settings, "LOOM_STREAM_PREFIX", None)
-    return str(configured or os.environ.get("LOOM_STREAM_PREFIX") or "loom")
+stream_prefix = key_prefix
+RECORDS_UP_TO = 100  # actions per announcement that carry their records
 
 
 def publish(pool: str, message: Message) -> None:
@@ -46,7 +52,7 @@ def publish(pool: str, message: Message) -> None:
         runtime.publish_threadsafe(runtime.streams.events(pool), message)
     elif settings.REDIS_URL:
         stream = StreamNames(prefix=stream_prefix()).events(pool)
-        _redis_client(settings.REDIS_URL).xadd(stream, {"m": encode_json(message)})
+        redis_client(settings.REDIS_URL).xadd(stream, {"m": encode_json(message)})
 
 
 def _announce(
@@ -61,11 +67,39 @@ def _announce(
             publish(names[pool_id], build(action_ids=tuple(action_ids)))
 
 
-def announce_submitted(pairs: Iterable[tuple[int, int | None]]) -> None:
-    """``(action id, pool id)`` pairs just inserted: wake their schedulers after commit."""
-    known = [(a, p) for a, p in pairs if p is not None]
-    if known:
-        transaction.on_commit(functools.partial(_announce, known, ActionsSubmitted))
+def _announce_new(actions: list[Action]) -> None:
+    """Small submissions carry their records (the scheduler then reads no row); big ones are
+    announced by id and loaded by the scheduler in chunks."""
+    if len(actions) > RECORDS_UP_TO:
+        _announce([(a.pk, a.pool_id) for a in actions if a.pool_id is not None], ActionsSubmitted)
+        return
+    from apps.actions.scheduler_store import new_action_record
+    from apps.actions.selectors import submit_catalog
+
+    catalog = submit_catalog()
+    by_pool: dict[int, list[Action]] = defaultdict(list)
+    for action in actions:
+        if action.pool_id is not None:
+            by_pool[action.pool_id].append(action)
+    names = _pool_names(by_pool)
+    for pool_id, members in by_pool.items():
+        pool = catalog.pool_by_id(pool_id)
+        if pool_id not in names:
+            continue
+        records = []
+        for action in members:
+            tool = catalog.tool_by_id(action.tool_id)
+            if pool is not None and (action.tool_id is None or tool is not None):
+                records.append(asdict(new_action_record(action, tool, str(pool.kind))))
+        message = ActionsSubmitted(action_ids=tuple(a.pk for a in members), records=tuple(records))
+        publish(names[pool_id], message)
+
+
+def announce_submitted(actions: Iterable[Action]) -> None:
+    """Actions just inserted: wake their schedulers after commit."""
+    new = list(actions)
+    if new:
+        transaction.on_commit(functools.partial(_announce_new, new))
 
 
 def announce_cancelled(pairs: Iterable[tuple[int, int | None]]) -> None:

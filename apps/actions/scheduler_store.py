@@ -20,8 +20,14 @@ from django.utils import timezone
 from apps.actions.models import ACTIVE_STATUSES, Action, ActionStatus
 from apps.actions.notify import publish_action_ended
 from apps.policies.models import Policy, PolicyKind
-from apps.resources.models import ApiQuota, Node, NodeStatus, PoolKind, ResourcePool
-from workers.scheduler.records import ActionRecord, FinishUpdate, RequeueUpdate, ScheduledUpdate
+from apps.resources.models import ApiQuota, Node, NodeStatus, PoolKind, ResourcePool, Tool
+from workers.scheduler.records import (
+    ActionRecord,
+    Applied,
+    FinishUpdate,
+    RequeueUpdate,
+    ScheduledUpdate,
+)
 from workers.transport import NodeRegister
 
 CHUNK = 500
@@ -85,6 +91,23 @@ def _record(row: dict[str, Any], kind: str) -> ActionRecord:
     )
 
 
+def new_action_record(action: Action, tool: Tool | None, pool_kind: str) -> ActionRecord:
+    """The record ``load_queued`` would read for a row just inserted (the same ``_record``), so
+    the web process can hand it to the scheduler with the announcement."""
+    row = {name: getattr(action, name) for name in RECORD_FIELDS if "__" not in name}
+    row["id"] = action.pk
+    row.update(
+        {
+            "tool__name": tool.name if tool is not None else None,
+            "tool__command_template": tool.command_template if tool is not None else None,
+            "tool__timeout_s": tool.timeout_s if tool is not None else None,
+            "tool__idempotent": tool.idempotent if tool is not None else False,
+            "node__name": None,
+        }
+    )
+    return _record(row, pool_kind)
+
+
 TABLE = Action._meta.db_table
 QUEUED = ActionStatus.QUEUED.value
 SCHEDULED = ActionStatus.SCHEDULED.value
@@ -123,16 +146,17 @@ class _SetBasedWriter:
             [QUEUED, ids, reasons, *ALLOCATED],
         )
 
-    def schedule(self, rows: list[tuple[int, str, int | None, Any, int]]) -> None:
+    def schedule(self, rows: list[tuple[int, str, int | None, Any, int]]) -> set[int]:
         ids, allocations, nodes, moments, attempts = _columns(rows, 5)
         self.cursor.execute(
             f"UPDATE {TABLE} AS a SET status = %s, allocation = v.allocation::jsonb, "
             "node_id = v.node_id, scheduled_at = v.scheduled_at, attempts = v.attempts "
             "FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::timestamptz[], %s::int[]) "
             "AS v(id, allocation, node_id, scheduled_at, attempts) "
-            "WHERE a.id = v.id AND a.status = %s",
+            "WHERE a.id = v.id AND a.status = %s RETURNING a.id",
             [SCHEDULED, ids, allocations, nodes, moments, attempts, QUEUED],
         )
+        return {row[0] for row in self.cursor.fetchall()}
 
     def finish(self, rows: list[tuple[Any, ...]]) -> None:
         ids, statuses, finished, started, codes, outputs, reasons = _columns(rows, 7)
@@ -235,9 +259,10 @@ class DjangoActionStore:
         scheduled: Sequence[ScheduledUpdate] = (),
         finished: Sequence[FinishUpdate] = (),
         requeued: Sequence[RequeueUpdate] = (),
-    ) -> list[int]:
+    ) -> Applied:
         """One transaction. Requeues first: an action lost and rescheduled in the same batch is
         requeued, then scheduled again (the scheduled UPDATE's guard is ``status = queued``)."""
+        moved: set[int] = set()
         with transaction.atomic(), connection.cursor() as cursor:
             writer = _SetBasedWriter(cursor) if connection.vendor == "postgresql" else None
             if requeued:
@@ -258,12 +283,12 @@ class DjangoActionStore:
                     for u in scheduled
                 ]
                 if writer is not None:
-                    writer.schedule(rows_s)
+                    moved = writer.schedule(rows_s)
                 else:
-                    cursor.executemany(
-                        _SCHEDULE_ROW,
-                        [(SCHEDULED, a, n, t, k, i, QUEUED) for i, a, n, t, k in rows_s],
-                    )
+                    for i, a, n, t, k in rows_s:
+                        cursor.execute(_SCHEDULE_ROW, (SCHEDULED, a, n, t, k, i, QUEUED))
+                        if cursor.rowcount == 1:
+                            moved.add(i)
             if finished:
                 rows_f = [
                     (
@@ -284,7 +309,7 @@ class DjangoActionStore:
             ended = [u.action_id for u in finished]
             if ended:
                 transaction.on_commit(functools.partial(publish_action_ended, ended))
-        return ended
+        return Applied(scheduled=frozenset(moved), ended=tuple(ended))
 
     def mark_running(self, action_ids: Sequence[int], at: float) -> None:
         """scheduled → running for the actions an agent's heartbeat says it is executing."""

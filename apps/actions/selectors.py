@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, TypeVar
 
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 
 from apps.actions.models import Action
 from apps.jobs.access import Principal, job_ids_filter
+from apps.resources.generation import current as catalog_generation
 from apps.resources.models import ApiQuota, PoolKind, ResourcePool, Service, Tool
+
+M = TypeVar("M", ResourcePool, Tool, Service)
 
 # The pool kind that serves an action whose key resource is this one.
 KIND_OF_RESOURCE = {
@@ -29,6 +33,11 @@ def action_queryset(*, principal: Principal) -> QuerySet[Action]:
 
 def action_get(*, principal: Principal, action_id: int) -> Action:
     return get_object_or_404(action_queryset(principal=principal), pk=action_id)
+
+
+def action_result_get(*, principal: Principal, action_id: int) -> Action:
+    """The action for its result: no joins (a result names no related row), 404 if not visible."""
+    return get_object_or_404(Action.objects.filter(**job_ids_filter(principal)), pk=action_id)
 
 
 def action_list(
@@ -59,19 +68,34 @@ def action_list(
 
 @dataclass
 class SubmitCatalog:
-    """Registered names, read once per request so validating 10 000 items costs no queries."""
+    """Registered names: validating 10 000 items costs no queries. Shared between requests and
+    threads (``submit_catalog`` caches it): read it, never change it."""
 
     tools: dict[str, Tool] = field(default_factory=dict)
     services: dict[str, Service] = field(default_factory=dict)
     api_quotas: dict[str, ApiQuota] = field(default_factory=dict)
     pools: dict[str, ResourcePool] = field(default_factory=dict)
     default_pool_by_kind: dict[str, int] = field(default_factory=dict)
+    _indexes: dict[int, Any] = field(default_factory=dict, repr=False)
+
+    def pool_by_id(self, pool_id: int | None) -> ResourcePool | None:
+        return self._by_id(self.pools).get(pool_id)
+
+    def tool_by_id(self, tool_id: int | None) -> Tool | None:
+        return self._by_id(self.tools).get(tool_id)
+
+    def service_by_id(self, service_id: int | None) -> Service | None:
+        return self._by_id(self.services).get(service_id)
+
+    def _by_id(self, by_name: dict[str, M]) -> dict[int | None, M]:
+        index = self._indexes.get(id(by_name))
+        if index is None:
+            index = self._indexes[id(by_name)] = {row.pk: row for row in by_name.values()}
+        return index
 
     def pool_kind(self, pool_id: int | None) -> str | None:
-        for pool in self.pools.values():
-            if pool.pk == pool_id:
-                return str(pool.kind)
-        return None
+        pool = self.pool_by_id(pool_id)
+        return str(pool.kind) if pool is not None else None
 
     def default_pool_id(self, key_resource: str) -> int | None:
         if key_resource.startswith("api:"):
@@ -83,7 +107,23 @@ class SubmitCatalog:
         return self.default_pool_by_kind.get(kind) if kind else None
 
 
-def submit_catalog() -> SubmitCatalog:
+_cached_catalog: tuple[tuple[int, int], SubmitCatalog] | None = None
+
+
+def submit_catalog(*, fresh: bool = False) -> SubmitCatalog:
+    """The registered names, cached per catalog generation (``apps.resources.generation``);
+    ``fresh`` reads them again whatever the generation says."""
+    global _cached_catalog
+    generation = catalog_generation()
+    cached = _cached_catalog
+    if not fresh and cached is not None and cached[0] == generation:
+        return cached[1]
+    catalog = _load_catalog()
+    _cached_catalog = (generation, catalog)
+    return catalog
+
+
+def _load_catalog() -> SubmitCatalog:
     catalog = SubmitCatalog(
         tools={tool.name: tool for tool in Tool.objects.all()},
         services={service.name: service for service in Service.objects.all()},

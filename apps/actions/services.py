@@ -10,7 +10,7 @@ scheduler may ``action_requeue`` on eviction or agent loss.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -99,6 +99,28 @@ def _existing_by_key(*, job: Job, keys: Iterable[str]) -> dict[str, Action]:
     return found
 
 
+def _submit_one(
+    *, job: Job, spec: ActionSpec, before_announce: Callable[[Action], object] | None
+) -> Submitted:
+    """One action, optimistically: a single INSERT in autocommit (all-or-nothing already, one
+    round trip instead of BEGIN, SELECT by key, INSERT, COMMIT). Only when its idempotency key
+    is taken does it read the action that holds it."""
+    action = _build(job=job, spec=spec, now=timezone.now())
+    try:
+        action.save(force_insert=True)
+    except IntegrityError:
+        if spec.idempotency_key is None:
+            raise
+        existing = _existing_by_key(job=job, keys=[spec.idempotency_key])
+        if spec.idempotency_key not in existing:
+            raise  # not the key: some other constraint failed
+        return Submitted(action=existing[spec.idempotency_key], created=False)
+    if before_announce is not None:
+        before_announce(action)
+    announce_submitted([action])
+    return Submitted(action=action, created=True)
+
+
 def _submit_batch_once(*, job: Job, specs: Sequence[ActionSpec]) -> list[Submitted]:
     existing = _existing_by_key(
         job=job, keys=(spec.idempotency_key for spec in specs if spec.idempotency_key)
@@ -118,7 +140,7 @@ def _submit_batch_once(*, job: Job, specs: Sequence[ActionSpec]) -> list[Submitt
         results.append(Submitted(action=action, created=True))
     with transaction.atomic():
         Action.objects.bulk_create(new_actions)
-        announce_submitted((action.pk, action.pool_id) for action in new_actions)
+        announce_submitted(new_actions)
     return results
 
 
@@ -138,8 +160,21 @@ def action_submit_batch(*, job: Job, specs: Sequence[ActionSpec]) -> list[Submit
     raise AssertionError("unreachable")
 
 
-def action_submit(*, job: Job, spec: ActionSpec) -> Submitted:
-    return action_submit_batch(job=job, specs=[spec])[0]
+def action_submit(
+    *, job: Job, spec: ActionSpec, before_announce: Callable[[Action], object] | None = None
+) -> Submitted:
+    """Submit one action. ``before_announce`` sees a new action after its INSERT and before its
+    scheduler can hear of it (e.g. to subscribe to its end)."""
+    connection = transaction.get_connection()
+    if connection.in_atomic_block or connection.vendor != "postgresql":
+        # Inside a caller's transaction a failed INSERT would poison it; SQLite's autocommit
+        # writes do not wait for a lock (BEGIN IMMEDIATE does). Take the batch path, which looks
+        # the key up first and inserts in a transaction (announced on commit).
+        submitted = action_submit_batch(job=job, specs=[spec])[0]
+        if submitted.created and before_announce is not None:
+            before_announce(submitted.action)
+        return submitted
+    return _submit_one(job=job, spec=spec, before_announce=before_announce)
 
 
 def action_mark_scheduled(

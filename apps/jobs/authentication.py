@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import logging
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
+from django.contrib.auth.models import User
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connection
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from apps.jobs.models import ApiKey
+from apps.jobs.models import ApiKey, Job
 
 KEY_PREFIX = "loom_"
 NODE_TOKEN_PREFIX = "loomnode_"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+log = logging.getLogger("loom.auth")
 
 
 def hash_key(raw_key: str) -> str:
@@ -51,27 +57,94 @@ class BearerKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 "a node token only authenticates node heartbeats; use an API key"
             )
-        key = (
-            ApiKey.objects.select_related("job__owner", "user")
-            .filter(key_hash=hash_key(token))
-            .first()
-        )
-        if key is None:
+        row = _key_row(hash_key(token))
+        if row is None:
             raise exceptions.AuthenticationFailed("unknown API key")
+        if row.revoked or (row.job_id is None and not (row.user_active and row.user_staff)):
+            self._refuse(hash_key(token))
+        key = ApiKey.from_db(
+            DEFAULT_DB_ALIAS,
+            ["id", "job_id", "user_id", "prefix"],
+            [row.key_id, row.job_id, row.user_id, row.prefix],
+        )
+        user: Any
+        if row.job_id is not None:
+            # Deferred instances: what a view reads beyond these loads on access.
+            key.job = Job.from_db(
+                DEFAULT_DB_ALIAS,
+                ["id", "owner_id", "status"],
+                [row.job_id, row.owner_id, row.job_status],
+            )
+            user = User.from_db(DEFAULT_DB_ALIAS, ["id"], [row.owner_id])
+        else:
+            user = User.from_db(
+                DEFAULT_DB_ALIAS, ["id", "is_active", "is_staff"], [row.user_id, True, True]
+            )
+        if row.last_used_stale:
+            try:
+                ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+            except OperationalError:
+                # Bookkeeping at one-minute resolution: a write lock held elsewhere (SQLite)
+                # must not fail the request; the next request touches it.
+                log.debug("last_used_at of key %s not touched", key.prefix, exc_info=True)
+        return user, key
+
+    def _refuse(self, key_hash: str) -> NoReturn:
+        """A key that exists but may not act: say why (the rare path, read through the ORM)."""
+        key = ApiKey.objects.select_related("user").get(key_hash=key_hash)
         if key.revoked_at is not None:
             raise exceptions.AuthenticationFailed(
                 f"API key {key.prefix}… was revoked at {key.revoked_at.isoformat()}"
             )
-        user: Any
-        if key.job is not None:
-            user = key.job.owner
-        else:
-            user = key.user
-            if user is None or not user.is_active or not user.is_staff:
-                raise exceptions.AuthenticationFailed(
-                    f"API key {key.prefix}… belongs to a user who is no longer active staff"
-                )
-        now = timezone.now()
-        if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
-            ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
-        return user, key
+        raise exceptions.AuthenticationFailed(
+            f"API key {key.prefix}… belongs to a user who is no longer active staff"
+        )
+
+
+@dataclass(frozen=True)
+class _KeyRow:
+    key_id: int
+    job_id: int | None
+    user_id: int | None
+    prefix: str
+    revoked: bool
+    last_used_stale: bool
+    owner_id: int | None
+    job_status: str | None
+    user_active: bool
+    user_staff: bool
+
+
+@functools.cache
+def _key_sql() -> str:
+    quote = connection.ops.quote_name
+    keys, jobs, users = (quote(m._meta.db_table) for m in (ApiKey, Job, User))
+    return (
+        "SELECT k.id, k.job_id, k.user_id, k.prefix, k.revoked_at IS NOT NULL,"
+        " (k.last_used_at IS NULL OR k.last_used_at < %s), j.owner_id, j.status,"
+        " u.is_active, u.is_staff"
+        f" FROM {keys} k LEFT JOIN {jobs} j ON j.id = k.job_id"
+        f" LEFT JOIN {users} u ON u.id = k.user_id WHERE k.key_hash = %s"
+    )
+
+
+def _key_row(key_hash: str) -> _KeyRow | None:
+    """The key and what authenticating it needs, in one hand-written query.
+
+    Every API request authenticates, so this is the hottest read there is: the ORM's
+    ``select_related`` version of it costs ~1 ms of query compilation and model building on
+    this machine, this one ~0.2 ms.
+    """
+    stale_before = timezone.now() - LAST_USED_RESOLUTION
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _key_sql(), [connection.ops.adapt_datetimefield_value(stale_before), key_hash]
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    key_id, job_id, user_id, prefix, revoked, stale, owner_id, status, active, staff = row
+    return _KeyRow(
+        key_id, job_id, user_id, prefix, bool(revoked), bool(stale), owner_id, status,
+        bool(active), bool(staff),
+    )  # fmt: skip

@@ -91,7 +91,7 @@ class TrajectoryListCreateApi(CursorListView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
-        job = resolve_job(principal_of(request), data.pop("job", None))
+        job = resolve_job(request, data.pop("job", None))
         trajectory = services.trajectory_create(job=job, **data)
         return Response(TrajectoryOutputSerializer(trajectory).data, status=status.HTTP_201_CREATED)
 

@@ -153,6 +153,9 @@ CELERY_TIMEZONE = TIME_ZONE
 # --- API ---------------------------------------------------------------------------------------
 LOOM_MAX_BATCH = env_int("LOOM_MAX_BATCH", 10_000, minimum=1)
 LOOM_MAX_RESULT_WAIT_S = 60
+# Threads serving HTTP under the ASGI server (controlplane/http_bridge.py): requests at once,
+# long-polls included (they hold no database connection while they wait).
+LOOM_WEB_THREADS = env_int("LOOM_WEB_THREADS", 64, minimum=1)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -5,6 +5,7 @@ switch modes themselves, so a REDIS_URL left in the environment never changes th
 """
 
 import os
+import tempfile
 
 from controlplane.settings.base import *  # noqa: F403
 
@@ -19,3 +20,12 @@ CELERY_TASK_EAGER_PROPAGATES = True
 LOOM_TEST_REDIS_URL = os.environ.get("LOOM_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]
 LOGGING = {"version": 1, "disable_existing_loggers": False}
+
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
+    # A file, not SQLite's default in-memory shared-cache test database: the embedded runtime's
+    # threads write while the API serves, and only a file in WAL mode gives them what the demo
+    # has (readers beside the writer, writers queued by the busy timeout); shared-cache tables
+    # fail at once with "database table is locked".
+    DATABASES["default"]["TEST"] = {  # noqa: F405
+        "NAME": os.path.join(tempfile.gettempdir(), f"loom-test-{os.getpid()}.sqlite3")
+    }

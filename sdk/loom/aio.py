@@ -66,6 +66,18 @@ class AsyncClient:
         body = protocol.action_payload(**fields)
         return protocol.parse_action(await self._send(protocol.submit_request(body)))
 
+    async def run(self, *, timeout: float = 600.0, **fields: Any) -> Action:
+        """Submit one action and return it ended: one request when it ends within
+        ``MAX_WAIT_PER_POLL_S`` (submit-and-wait), long-polls for the rest of ``timeout``.
+        Retrying a lost answer is safe: the submission carries an idempotency key."""
+        deadline = time.monotonic() + timeout
+        body = protocol.action_payload(**fields)
+        request = protocol.submit_request(body, wait_s=min(timeout, protocol.MAX_WAIT_PER_POLL_S))
+        action = protocol.parse_action(await self._send(request))
+        if action.done:
+            return action
+        return await self.result(action.id, timeout=max(0.0, deadline - time.monotonic()))
+
     async def submit_batch(self, items: Sequence[Mapping[str, Any]]) -> list[Action]:
         request = protocol.submit_batch_request(protocol.with_idempotency_keys(items))
         return protocol.parse_actions(await self._send(request))

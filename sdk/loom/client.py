@@ -71,6 +71,18 @@ class Client:
         body = protocol.action_payload(**fields)
         return protocol.parse_action(self._send(protocol.submit_request(body)))
 
+    def run(self, *, timeout: float = 600.0, **fields: Any) -> Action:
+        """Submit one action and return it ended: one request when it ends within
+        ``MAX_WAIT_PER_POLL_S`` (submit-and-wait), long-polls for the rest of ``timeout``.
+        Retrying a lost answer is safe: the submission carries an idempotency key."""
+        deadline = time.monotonic() + timeout
+        body = protocol.action_payload(**fields)
+        request = protocol.submit_request(body, wait_s=min(timeout, protocol.MAX_WAIT_PER_POLL_S))
+        action = protocol.parse_action(self._send(request))
+        if action.done:
+            return action
+        return self.result(action.id, timeout=max(0.0, deadline - time.monotonic()))
+
     def submit_batch(self, items: Sequence[Mapping[str, Any]]) -> list[Action]:
         """Submit up to 10 000 actions at once, validated all-or-nothing by the server."""
         request = protocol.submit_batch_request(protocol.with_idempotency_keys(items))

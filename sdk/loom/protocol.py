@@ -85,8 +85,11 @@ def with_idempotency_keys(items: Sequence[Mapping[str, Any]]) -> list[dict[str, 
     return [{"idempotency_key": uuid.uuid4().hex, **item} for item in items]
 
 
-def submit_request(body: dict[str, Any]) -> Request:
-    return Request("POST", f"{API_PREFIX}/actions/", json=body)
+def submit_request(body: dict[str, Any], wait_s: float = 0.0) -> Request:
+    """Submit one action; with ``wait_s`` the server answers once it ends or the wait runs out."""
+    wait = max(0.0, min(float(MAX_WAIT_PER_POLL_S), wait_s))
+    params = {"wait": f"{wait:g}"} if wait > 0 else None
+    return Request("POST", f"{API_PREFIX}/actions/", json=body, params=params)
 
 
 def submit_batch_request(items: list[dict[str, Any]]) -> Request:

@@ -7,13 +7,20 @@ dispatches assignments to node agents over the transport and persists state thro
 pass. It never imports Django itself, so it can be tested and embedded anywhere.
 """
 
-from workers.scheduler.records import ActionRecord, FinishUpdate, RequeueUpdate, ScheduledUpdate
+from workers.scheduler.records import (
+    ActionRecord,
+    Applied,
+    FinishUpdate,
+    RequeueUpdate,
+    ScheduledUpdate,
+)
 from workers.scheduler.service import SchedulerService, ServiceConfig
 from workers.scheduler.store import ActionStore
 
 __all__ = [
     "ActionRecord",
     "ActionStore",
+    "Applied",
     "FinishUpdate",
     "RequeueUpdate",
     "ScheduledUpdate",

@@ -63,3 +63,12 @@ class RequeueUpdate:
 
     action_id: int
     reason: str
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What one ``ActionStore.apply`` changed: the actions it moved queued → scheduled (only
+    these may be dispatched: the others were cancelled or ended meanwhile) and those it ended."""
+
+    scheduled: frozenset[int] = frozenset()
+    ended: tuple[int, ...] = ()

@@ -216,7 +216,7 @@ class SchedulerService:
         pending = await self.transport.reclaim(
             self._events, SCHEDULER_GROUP, self._consumer, min_idle_ms=0, count=100_000
         )
-        await self.handle(pending, batch)
+        await self.handle(pending, batch, trust_records=False)
         self.started.set()
         log.info(
             "pool %s rebuilt: %d waiting, %d running, %d nodes",
@@ -228,16 +228,28 @@ class SchedulerService:
 
     # --- one batch of events -------------------------------------------------------------------
 
-    async def handle(self, deliveries: Sequence[Delivery], batch: _Batch | None = None) -> None:
+    async def handle(
+        self,
+        deliveries: Sequence[Delivery],
+        batch: _Batch | None = None,
+        *,
+        trust_records: bool = True,
+    ) -> None:
+        """One batch of events. ``trust_records``: queue the records a submission carries as
+        they are (a live event); a rebuild passes False and reads the rows instead, since an
+        event re-read after a crash may describe an action that has ended since."""
         batch = batch or _Batch()
         now = self.clock()
         submitted: list[int] = []
+        carried: dict[int, ActionRecord] = {}
         heartbeats: list[str] = []
         executing: list[int] = []
         for delivery in deliveries:
             message = delivery.message
             if isinstance(message, ActionsSubmitted):
                 submitted.extend(message.action_ids)
+                if trust_records:
+                    carried.update(_carried_records(message))
             elif isinstance(message, ActionResult):
                 self._on_result(message, batch, now)
             elif isinstance(message, ActionsCancelled):
@@ -250,12 +262,13 @@ class SchedulerService:
                 await self._on_register(message, now)
         if submitted:
             unknown = [i for i in submitted if spec_id(i) not in self.active]
-            records = (
-                await asyncio.to_thread(self.store.load_queued, self.config.pool, unknown)
-                if unknown
-                else []
-            )
-            for record in records:
+            to_load = [i for i in unknown if i not in carried]
+            records = [carried[i] for i in unknown if i in carried]
+            if to_load:
+                records += await asyncio.to_thread(
+                    self.store.load_queued, self.config.pool, to_load
+                )
+            for record in sorted(records, key=lambda r: (r.submitted_at, r.action_id)):
                 self._submit(record, now)
         if heartbeats:
             await asyncio.to_thread(self.store.record_heartbeats, sorted(set(heartbeats)), now)
@@ -284,15 +297,34 @@ class SchedulerService:
             )
             started.append((active, assignment, attempt))
         if scheduled or batch.finished or batch.requeued:
-            await asyncio.to_thread(
+            applied = await asyncio.to_thread(
                 self.store.apply,
                 scheduled=scheduled,
                 finished=batch.finished,
                 requeued=batch.requeued,
             )
+            started = self._only_moved(started, applied.scheduled, now)
         await self._publish_dispatches(started)
         for node, cancel in batch.cancels:
             await self.transport.publish(self.streams.dispatch(node), cancel)
+
+    def _only_moved(
+        self, started: list[tuple[_Active, Assignment, int]], moved: frozenset[int], now: float
+    ) -> list[tuple[_Active, Assignment, int]]:
+        """Keep the assignments the store moved queued → scheduled; forget the others (cancelled
+        or ended after this service queued them): they are never dispatched."""
+        assert self.scheduler is not None
+        kept = []
+        for entry in started:
+            active, assignment, _ = entry
+            if active.record.action_id in moved:
+                kept.append(entry)
+                continue
+            self.scheduler.complete(assignment.action_id, now)
+            self.active.pop(assignment.action_id, None)
+            log.info("pool %s: action %d not dispatched: no longer queued", self.config.pool,
+                     active.record.action_id)  # fmt: skip
+        return kept
 
     async def _publish_dispatches(self, started: Sequence[tuple[_Active, Assignment, int]]) -> None:
         by_node: dict[str, list[Dispatch]] = defaultdict(list)
@@ -587,6 +619,21 @@ class SchedulerService:
         if self.kind == "cpu":
             return CpuTopology([_cpu_node_spec(r) for r in self.nodes.values()])
         raise LookupError(f"pool kind {self.kind!r} has no scheduler service yet")
+
+
+def _carried_records(message: ActionsSubmitted) -> dict[int, ActionRecord]:
+    """The records a submission carries; one that does not parse is loaded from the store."""
+    records = {}
+    for raw in message.records:
+        try:
+            record = ActionRecord(**raw)
+        except TypeError:
+            log.warning(
+                "a submitted record does not parse; loading action %s", raw.get("action_id")
+            )
+            continue
+        records[record.action_id] = record
+    return records
 
 
 def _cpu_node_spec(register: NodeRegister) -> CpuNodeSpec:

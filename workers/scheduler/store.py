@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from workers.scheduler.records import ActionRecord, FinishUpdate, RequeueUpdate, ScheduledUpdate
+from workers.scheduler.records import (
+    ActionRecord,
+    Applied,
+    FinishUpdate,
+    RequeueUpdate,
+    ScheduledUpdate,
+)
 from workers.transport import NodeRegister
 
 
@@ -44,8 +50,8 @@ class ActionStore(Protocol):
         scheduled: Sequence[ScheduledUpdate] = (),
         finished: Sequence[FinishUpdate] = (),
         requeued: Sequence[RequeueUpdate] = (),
-    ) -> list[int]:
-        """Persist one batch in one transaction; returns the ids whose finish was applied."""
+    ) -> Applied:
+        """Persist one batch in one transaction; each change keeps its state-machine guard."""
         ...
 
     def mark_running(self, action_ids: Sequence[int], at: float) -> None:

@@ -444,9 +444,35 @@ class _ActionIds:
 
 @dataclass(frozen=True)
 class ActionsSubmitted(_ActionIds):
-    """New actions are in the database: load and queue them."""
+    """New actions are in the database: load and queue them.
+
+    ``records`` (optional, small submissions only) are the new rows as the scheduler would load
+    them (``ActionRecord`` fields), built by the web process from the row it just inserted: a
+    live scheduler queues them without reading the table. The database stays the truth: the
+    scheduling UPDATE only moves rows still queued, and a rebuilding scheduler ignores records
+    and reads the rows.
+    """
 
     TYPE: ClassVar[str] = "actions_submitted"
+
+    records: tuple[dict[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        if self.records:
+            data["records"] = list(self.records)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        _check_header(data, cls.TYPE)
+        ids = _action_ids(data)
+        raw = data.get("records") or []
+        if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+            raise MessageError("records must be a list of objects")
+        if any(r.get("action_id") not in ids for r in raw):
+            raise MessageError("every record must be one of action_ids")
+        return cls(action_ids=ids, records=tuple(raw))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from workers.scheduler import ActionRecord, FinishUpdate, RequeueUpdate, ScheduledUpdate
+from workers.scheduler import (
+    ActionRecord,
+    Applied,
+    FinishUpdate,
+    RequeueUpdate,
+    ScheduledUpdate,
+)
 from workers.transport import NodeRegister
 
 ACTIVE = ("queued", "scheduled", "running")
@@ -45,16 +51,18 @@ class MemoryStore:
         scheduled: Sequence[ScheduledUpdate] = (),
         finished: Sequence[FinishUpdate] = (),
         requeued: Sequence[RequeueUpdate] = (),
-    ) -> list[int]:
+    ) -> Applied:
         for update in requeued:
             record = self.records[update.action_id]
             if record.status in ("scheduled", "running"):
                 self.records[update.action_id] = replace(
                     record, status="queued", node=None, allocation=None
                 )
+        moved = set()
         for s in scheduled:
             record = self.records[s.action_id]
             if record.status == "queued":
+                moved.add(s.action_id)
                 self.records[s.action_id] = replace(
                     record, status="scheduled", node=s.node, allocation=s.allocation,
                     attempts=s.attempt,
@@ -66,7 +74,7 @@ class MemoryStore:
                 self.records[f.action_id] = replace(record, status=f.status)
                 self.finished[f.action_id] = f
                 ended.append(f.action_id)
-        return ended
+        return Applied(scheduled=frozenset(moved), ended=tuple(ended))
 
     def mark_running(self, action_ids: Sequence[int], at: float) -> None:
         for action_id in action_ids:

@@ -15,7 +15,7 @@ import pytest
 from tests.workers.scheduler.memory_store import MemoryStore
 from workers.agents.common.agent import AgentSettings
 from workers.agents.cpu import CpuAgent, LocalBackend
-from workers.scheduler import ActionRecord, SchedulerService, ServiceConfig
+from workers.scheduler import ActionRecord, Applied, SchedulerService, ServiceConfig
 from workers.scheduler.specs import dispatch_for, dispatch_kind
 from workers.transport import ActionsSubmitted, InProcessTransport, StreamNames
 
@@ -151,7 +151,7 @@ async def test_a_failed_batch_is_recovered_by_rebuilding(harness: Harness) -> No
     real_apply = harness.store.apply
     failures: list[bool] = []
 
-    def flaky_apply(**changes: object) -> list[int]:
+    def flaky_apply(**changes: object) -> Applied:
         if changes.get("scheduled") and not failures:
             failures.append(True)
             raise ConnectionError("database went away")
