@@ -121,6 +121,21 @@ def wait_field(help_text: str) -> FiniteFloatField:
     )
 
 
+_WAIT = wait_field("")
+
+
+def wait_param(request: Request) -> float:
+    """The ``wait`` query parameter, validated as ``wait_field`` says (one field, not a whole
+    serializer per request: these are the hot endpoints)."""
+    raw = request.query_params.get("wait")
+    if raw is None:
+        return 0.0
+    try:
+        return float(_WAIT.run_validation(raw))
+    except serializers.ValidationError as error:
+        raise serializers.ValidationError({"wait": error.detail}) from None
+
+
 def resolve_job(request: Request, job_id: int | None) -> Job:
     """The job to submit into: a job key's own job, or the ``job`` a staff caller names."""
     principal = principal_of(request)
@@ -147,8 +162,9 @@ def _active(job: Job) -> Job:
 
 def with_catalog(attempt: Callable[[selectors.SubmitCatalog], T]) -> T:
     """Run a submission against the cached catalog and, if it fails on a name (400) or on a row
-    that has gone (IntegrityError), once more against a fresh one: a catalog change that did
-    not bump the generation (``apps.resources.generation``) never turns into a wrong answer."""
+    that has gone (IntegrityError), once more against a fresh one: a name registered or a row
+    deleted behind the generation's back (``apps.resources.generation``) never fails a
+    submission. A rename behind its back is seen within ``selectors.CATALOG_MAX_AGE_S``."""
     try:
         return attempt(selectors.submit_catalog())
     except (serializers.ValidationError, IntegrityError):
@@ -237,9 +253,7 @@ class ActionListSubmitApi(CursorListView):
         },
     )
     def post(self, request: Request) -> Response:
-        query = self.SubmitQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        wait: float = query.validated_data["wait"]
+        wait = wait_param(request)
         with contextlib.ExitStack() as waiting:
             subscriptions: list[Subscription] = []
 
@@ -373,9 +387,7 @@ class ActionResultApi(APIView):
     )
     def get(self, request: Request, action_id: int) -> Response:
         principal = principal_of(request)
-        query = self.QuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        wait: float = query.validated_data["wait"]
+        wait = wait_param(request)
         if wait > 0:
             # Subscribe first, then read: an end that commits after the read still wakes us.
             with get_notifier().subscribe(action_id) as subscription:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Collection, Iterable
-from dataclasses import asdict
+from dataclasses import fields
 
 from django.conf import settings
 from django.db import transaction
@@ -90,7 +90,8 @@ def _announce_new(actions: list[Action]) -> None:
         for action in members:
             tool = catalog.tool_by_id(action.tool_id)
             if pool is not None and (action.tool_id is None or tool is not None):
-                records.append(asdict(new_action_record(action, tool, str(pool.kind))))
+                record = new_action_record(action, tool, str(pool.kind))
+                records.append({f.name: getattr(record, f.name) for f in fields(record)})
         message = ActionsSubmitted(action_ids=tuple(a.pk for a in members), records=tuple(records))
         publish(names[pool_id], message)
 

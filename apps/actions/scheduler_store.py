@@ -7,6 +7,7 @@ each keeps the state-machine guard in its WHERE clause — a finish never overwr
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import json
@@ -263,7 +264,12 @@ class DjangoActionStore:
         """One transaction. Requeues first: an action lost and rescheduled in the same batch is
         requeued, then scheduled again (the scheduled UPDATE's guard is ``status = queued``)."""
         moved: set[int] = set()
-        with transaction.atomic(), connection.cursor() as cursor:
+        kinds = sum(1 for changes in (requeued, scheduled, finished) if changes)
+        # One statement on PostgreSQL is atomic by itself: a batch of one kind of change (the
+        # common case: a dispatch, or a result) skips BEGIN and COMMIT, two round trips.
+        single = kinds == 1 and connection.vendor == "postgresql"
+        atomic = contextlib.nullcontext() if single else transaction.atomic()
+        with atomic, connection.cursor() as cursor:
             writer = _SetBasedWriter(cursor) if connection.vendor == "postgresql" else None
             if requeued:
                 rows = [(u.action_id, u.reason) for u in requeued]

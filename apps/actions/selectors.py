@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -107,19 +108,28 @@ class SubmitCatalog:
         return self.default_pool_by_kind.get(kind) if kind else None
 
 
-_cached_catalog: tuple[tuple[int, int], SubmitCatalog] | None = None
+# A change that bypasses the model signals (QuerySet.update, raw SQL) bumps no generation: the
+# cached catalog is read again at least this often, so such a change shows within it.
+CATALOG_MAX_AGE_S = 5.0
+_cached_catalog: tuple[tuple[int, int], float, SubmitCatalog] | None = None
 
 
 def submit_catalog(*, fresh: bool = False) -> SubmitCatalog:
-    """The registered names, cached per catalog generation (``apps.resources.generation``);
-    ``fresh`` reads them again whatever the generation says."""
+    """The registered names, cached per catalog generation (``apps.resources.generation``) for
+    at most ``CATALOG_MAX_AGE_S``; ``fresh`` reads them again whatever the generation says."""
     global _cached_catalog
     generation = catalog_generation()
+    now = time.monotonic()
     cached = _cached_catalog
-    if not fresh and cached is not None and cached[0] == generation:
-        return cached[1]
+    if (
+        not fresh
+        and cached is not None
+        and cached[0] == generation
+        and now - cached[1] < CATALOG_MAX_AGE_S
+    ):
+        return cached[2]
     catalog = _load_catalog()
-    _cached_catalog = (generation, catalog)
+    _cached_catalog = (generation, now, catalog)
     return catalog
 
 

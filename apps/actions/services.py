@@ -30,6 +30,8 @@ from apps.actions.notify import publish_action_ended
 from apps.actions.pool_events import announce_cancelled, announce_submitted
 from apps.jobs.models import Job
 
+# Called with each new action after its INSERT, before its scheduler can hear of it.
+BeforeAnnounce = Callable[[Action], object]
 FINISH_STATUSES = (ActionStatus.SUCCEEDED, ActionStatus.FAILED, ActionStatus.TIMED_OUT)
 IN_CLAUSE_CHUNK = 500
 
@@ -99,9 +101,7 @@ def _existing_by_key(*, job: Job, keys: Iterable[str]) -> dict[str, Action]:
     return found
 
 
-def _submit_one(
-    *, job: Job, spec: ActionSpec, before_announce: Callable[[Action], object] | None
-) -> Submitted:
+def _submit_one(*, job: Job, spec: ActionSpec, before_announce: BeforeAnnounce | None) -> Submitted:
     """One action, optimistically: a single INSERT in autocommit (all-or-nothing already, one
     round trip instead of BEGIN, SELECT by key, INSERT, COMMIT). Only when its idempotency key
     is taken does it read the action that holds it."""
@@ -121,7 +121,9 @@ def _submit_one(
     return Submitted(action=action, created=True)
 
 
-def _submit_batch_once(*, job: Job, specs: Sequence[ActionSpec]) -> list[Submitted]:
+def _submit_batch_once(
+    *, job: Job, specs: Sequence[ActionSpec], before_announce: BeforeAnnounce | None = None
+) -> list[Submitted]:
     existing = _existing_by_key(
         job=job, keys=(spec.idempotency_key for spec in specs if spec.idempotency_key)
     )
@@ -140,11 +142,16 @@ def _submit_batch_once(*, job: Job, specs: Sequence[ActionSpec]) -> list[Submitt
         results.append(Submitted(action=action, created=True))
     with transaction.atomic():
         Action.objects.bulk_create(new_actions)
+        if before_announce is not None:
+            for action in new_actions:
+                before_announce(action)  # before the commit, hence before the announcement
         announce_submitted(new_actions)
     return results
 
 
-def action_submit_batch(*, job: Job, specs: Sequence[ActionSpec]) -> list[Submitted]:
+def action_submit_batch(
+    *, job: Job, specs: Sequence[ActionSpec], before_announce: BeforeAnnounce | None = None
+) -> list[Submitted]:
     """Insert all actions in bulk (all or nothing), honouring idempotency keys.
 
     A key already used by this job returns the existing action (``created=False``); a key repeated
@@ -153,7 +160,7 @@ def action_submit_batch(*, job: Job, specs: Sequence[ActionSpec]) -> list[Submit
     """
     for attempt in (1, 2):
         try:
-            return _submit_batch_once(job=job, specs=specs)
+            return _submit_batch_once(job=job, specs=specs, before_announce=before_announce)
         except IntegrityError:
             if attempt == 2:
                 raise
@@ -161,7 +168,7 @@ def action_submit_batch(*, job: Job, specs: Sequence[ActionSpec]) -> list[Submit
 
 
 def action_submit(
-    *, job: Job, spec: ActionSpec, before_announce: Callable[[Action], object] | None = None
+    *, job: Job, spec: ActionSpec, before_announce: BeforeAnnounce | None = None
 ) -> Submitted:
     """Submit one action. ``before_announce`` sees a new action after its INSERT and before its
     scheduler can hear of it (e.g. to subscribe to its end)."""
@@ -170,10 +177,7 @@ def action_submit(
         # Inside a caller's transaction a failed INSERT would poison it; SQLite's autocommit
         # writes do not wait for a lock (BEGIN IMMEDIATE does). Take the batch path, which looks
         # the key up first and inserts in a transaction (announced on commit).
-        submitted = action_submit_batch(job=job, specs=[spec])[0]
-        if submitted.created and before_announce is not None:
-            before_announce(submitted.action)
-        return submitted
+        return action_submit_batch(job=job, specs=[spec], before_announce=before_announce)[0]
     return _submit_one(job=job, spec=spec, before_announce=before_announce)
 
 
