@@ -136,3 +136,17 @@ def _sleeps_for(duration: str) -> list[int]:
             if argv[:2] == [b"sleep", duration.encode()]:
                 found.append(int(entry.name))
     return found
+
+
+async def test_run_submits_and_waits_in_one_request(loom: Any) -> None:
+    client, _ = loom
+    requests: list[httpx.Request] = []
+
+    async def record(request: httpx.Request) -> None:
+        requests.append(request)
+
+    client._http.event_hooks["request"].append(record)
+    done = await client.run(command="echo one-request", demand={"cpu": 1}, timeout=60)
+    assert (done.status, done.output.strip()) == ("succeeded", "one-request")
+    assert done.timings.act_s is not None and done.timings.act_s > 0
+    assert len(requests) == 1 and requests[0].method == "POST"

@@ -54,3 +54,17 @@ def test_submit_batch_get_cancel_and_results(sdk: Client) -> None:
     assert (finished.status, finished.exit_code, finished.output) == ("succeeded", 0, "ok")
     ended = list(sdk.as_completed([one.id, batch[0].id], timeout=5))
     assert {action.id for action in ended} == {one.id, batch[0].id}
+
+
+def test_run_returns_the_action_once_it_has_ended(sdk: Client) -> None:
+    """``run()`` submits with ``?wait=`` and, for an action still active when that wait ends,
+    long-polls the rest of its timeout; here nothing runs it, so it ends by timing out."""
+    from loom.errors import ResultTimeout
+
+    requests: list[httpx.Request] = []
+    sdk._http.event_hooks["request"].append(requests.append)
+    with pytest.raises(ResultTimeout):
+        sdk.run(command="true", demand={"cpu": 1}, timeout=1.2)
+    submit = requests[0]
+    assert submit.method == "POST" and submit.url.params["wait"] == "1.2"
+    assert all("/result/" in str(r.url) for r in requests[1:])
