@@ -162,7 +162,12 @@ class RedisNotifier:
                         self.listening.set()
                         self.local.wake_all()  # whatever ended while nobody listened
                     elif message["type"] == "message":
-                        self.local.publish(_parse_ids(message["data"]))
+                        try:
+                            ids = _parse_ids(message["data"])
+                        except ValueError:
+                            log.warning("ignored a malformed message on %s", self.channel)
+                            continue
+                        self.local.publish(ids)
             except redis.RedisError:
                 self.listening.clear()
                 log.warning("action-ended listener lost Redis; reconnecting", exc_info=True)

@@ -261,7 +261,8 @@ class SchedulerService:
             elif isinstance(message, NodeRegister):
                 await self._on_register(message, now)
         if submitted:
-            unknown = [i for i in submitted if spec_id(i) not in self.active]
+            # An id announced twice (two messages in one read) is queued once.
+            unknown = [i for i in dict.fromkeys(submitted) if spec_id(i) not in self.active]
             to_load = [i for i in unknown if i not in carried]
             records = [carried[i] for i in unknown if i in carried]
             if to_load:

@@ -84,10 +84,9 @@ class Running(Harness):
 
 
 @pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[Running]:
+async def fresh(tmp_path: Path) -> AsyncIterator[Running]:
+    """Neither the service nor the agent started yet (the test starts them)."""
     running = Running(tmp_path, CountingStore())
-    await running.start_service()
-    await running.agent.start()
     try:
         yield running
     finally:
@@ -95,6 +94,13 @@ async def harness(tmp_path: Path) -> AsyncIterator[Running]:
         await running.agent.stop()
         if running.task is not None and not running.task.done():
             await asyncio.wait_for(running.task, 10)
+
+
+@pytest.fixture
+async def harness(fresh: Running) -> Running:
+    await fresh.start_service()
+    await fresh.agent.start()
+    return fresh
 
 
 def _carried(record: ActionRecord) -> dict[str, Any]:
@@ -140,34 +146,33 @@ async def test_an_id_without_a_record_is_loaded(harness: Running) -> None:
 
 
 async def test_a_rebuild_reads_the_rows_not_the_records_of_pending_submissions(
-    harness: Running, tmp_path: Path
+    fresh: Running, tmp_path: Path
 ) -> None:
     """A submission read but not acknowledged before a crash is re-read by the rebuild. Its
     record still says "queued", but the action ended meanwhile: it must not run again."""
     runs = tmp_path / "runs.txt"
-    await harness.crash_service()
     done = _record(9, f"echo ran >> {runs}")
-    harness.store.records[9] = replace(done, status="succeeded", attempts=1)
-    harness.store.records[10] = _record(10, "echo ten-store")
-    await harness.announce(
-        [9, 10], [_carried(done), _carried(_record(10, "echo ten-record"))]
-    )  # fmt: skip
-    events = harness.streams.events(POOL)
-    taken = await harness.transport.read(
+    fresh.store.records[9] = replace(done, status="succeeded", attempts=1)
+    fresh.store.records[10] = _record(10, "echo ten-store")
+    events = fresh.streams.events(POOL)
+    await fresh.transport.ensure_group(events, SCHEDULER_GROUP)
+    await fresh.announce([9, 10], [_carried(done), _carried(_record(10, "echo ten-record"))])
+    taken = await fresh.transport.read(
         events, SCHEDULER_GROUP, "scheduler:main", count=10, block_ms=0
-    )  # delivered to the crashed consumer, never acknowledged: pending
+    )  # delivered to the consumer that then crashed, never acknowledged: pending
     assert len(taken) == 1
-    service = await harness.start_service()
-    assert harness.store.loaded == [[9]]  # 10 is queued in the store: load_active has it
+    service = await fresh.start_service()
+    assert fresh.store.loaded == [[9]]  # 10 is queued in the store: load_active has it
     assert "9" not in service.active
-    await harness.wait_status(10, {"succeeded"})
-    assert harness.store.finished[10].output.strip() == "ten-store"  # the row, not the record
+    await fresh.agent.start()
+    await fresh.wait_status(10, {"succeeded"})
+    assert fresh.store.finished[10].output.strip() == "ten-store"  # the row, not the record
     await asyncio.sleep(0.3)
-    assert 9 not in harness.store.tried
-    assert harness.store.records[9].status == "succeeded" and 9 not in harness.store.finished
+    assert 9 not in fresh.store.tried
+    assert fresh.store.records[9].status == "succeeded" and 9 not in fresh.store.finished
     assert not runs.exists()
-    assert [d.action_id for d in await harness.dispatches()] == ["10"]
-    assert await harness.transport.pending(events, SCHEDULER_GROUP) == []
+    assert [d.action_id for d in await fresh.dispatches()] == ["10"]
+    assert await fresh.transport.pending(events, SCHEDULER_GROUP) == []
 
 
 async def test_a_cancelled_row_is_never_dispatched_and_frees_its_units(
@@ -183,7 +188,7 @@ async def test_a_cancelled_row_is_never_dispatched_and_frees_its_units(
     follower = replace(_record(12, "echo second"), demand=ALL_CORES)
     harness.store.records[12] = follower
     await harness.announce([12], [_carried(follower)])
-    await harness.wait_status(12, {"succeeded"})
+    await harness.wait_status(12, {"succeeded"}, timeout_s=5)
     assert harness.store.tried.count(11) == 1  # it was scheduled once, then dropped
     assert [d.action_id for d in await harness.dispatches()] == ["12"]
     service = harness.service
@@ -193,6 +198,17 @@ async def test_a_cancelled_row_is_never_dispatched_and_frees_its_units(
     assert harness.store.records[11].status == "cancelled" and 11 not in harness.store.finished
     await asyncio.sleep(0.3)
     assert not runs.exists()
+
+
+async def test_an_id_announced_twice_in_one_batch_runs_once(harness: Running) -> None:
+    harness.store.records[7] = _record(7, "sleep 0.5; echo seven")
+    message = ActionsSubmitted(action_ids=(7,), records=(_carried(harness.store.records[7]),))
+    # One publish_many wakes the reader once: both entries land in one batch.
+    await harness.transport.publish_many(harness.streams.events(POOL), [message, message])
+    await harness.wait_status(7, {"succeeded", "failed"}, timeout_s=5)
+    assert harness.store.records[7].status == "succeeded", harness.store.finished[7].reason
+    assert harness.service is not None and harness.service.scheduler is not None
+    assert harness.service.scheduler.running_count == 0
 
 
 # --- new_action_record: what the web process carries equals what the scheduler would read ---
