@@ -119,7 +119,10 @@ class InProcessTransport(Transport):
                 if deliveries or remaining <= 0:
                     return deliveries
                 try:
-                    await asyncio.wait_for(condition.wait(), remaining)
+                    # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancel
+                    # that lands as the wait completes, and the reader would never stop.
+                    async with asyncio.timeout(remaining):
+                        await condition.wait()
                 except TimeoutError:
                     return self._take_new(stream, group, consumer, count)
 
