@@ -11,10 +11,10 @@ import contextlib
 import datetime as dt
 import functools
 import json
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -32,6 +32,7 @@ from workers.scheduler.records import (
 from workers.transport import NodeRegister
 
 CHUNK = 500
+S = TypeVar("S")
 OUTPUT_LIMIT_CHARS = 1_000_000
 
 
@@ -177,8 +178,33 @@ def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
     return [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * width
 
 
+def _fresh_connection_after_errors(cls: type[S]) -> type[S]:
+    """Wrap every public method: a database error closes this thread's connection, so the next
+    call (the service retries by rebuilding) takes a fresh one. The scheduler's store thread
+    lives as long as the process; outside requests nothing else would ever replace a connection
+    that a database restart broke."""
+
+    def guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except DatabaseError:
+                if not connection.in_atomic_block:
+                    connection.close()
+                raise
+
+        return call
+
+    for name, member in list(vars(cls).items()):
+        if callable(member) and not name.startswith("_"):
+            setattr(cls, name, guarded(member))
+    return cls
+
+
+@_fresh_connection_after_errors
 class DjangoActionStore:
-    """One instance per scheduler process; methods run in a worker thread (sync ORM)."""
+    """One instance per scheduler process; methods run in the service's store thread (sync ORM)."""
 
     def __init__(self) -> None:
         self._kinds: dict[str, str] = {}

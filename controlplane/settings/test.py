@@ -5,7 +5,6 @@ switch modes themselves, so a REDIS_URL left in the environment never changes th
 """
 
 import os
-import tempfile
 
 from controlplane.settings.base import *  # noqa: F403
 
@@ -26,6 +25,5 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
     # threads write while the API serves, and only a file in WAL mode gives them what the demo
     # has (readers beside the writer, writers queued by the busy timeout); shared-cache tables
     # fail at once with "database table is locked".
-    DATABASES["default"]["TEST"] = {  # noqa: F405
-        "NAME": os.path.join(tempfile.gettempdir(), f"loom-test-{os.getpid()}.sqlite3")
-    }
+    # In var/ (per checkout), so --reuse-db reuses it; pytest-django suffixes it per xdist worker.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-loom.sqlite3")}  # noqa: F405
