@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +177,7 @@ async def _trajectory(
             return int(action_submit(job=job, spec=spec).action.pk)
 
         action_id = await asyncio.to_thread(go)
-        return await asyncio.to_thread(_wait_ended, action_id)
+        return await asyncio.get_running_loop().run_in_executor(_WAITERS, _wait_ended, action_id)
 
     if approach == "reservation":
         suite = reward_command(project).replace("{dop}", str(cores))
@@ -222,6 +223,9 @@ async def _trajectory(
 
 
 _ABORT = threading.Event()  # set when one trajectory fails: the others' waits end at once
+# Waits hold threads of their own: on the loop's default threads, a wave of waiting trajectories
+# would leave nothing for the rest of the process.
+_WAITERS = ThreadPoolExecutor(64, thread_name_prefix="bench-wait")
 
 
 def _wait_ended(action_id: int) -> dict[str, Any]:

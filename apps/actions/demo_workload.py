@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from django.utils import timezone
@@ -78,6 +79,9 @@ class DemoWorkload:
         self.think_seconds = think_seconds
         self.random = random.Random(seed)
         self.finished_trajectories = 0
+        # Each trajectory's wait for its action holds a thread of its own, never one of the
+        # event loop's default threads that the rest of the process needs.
+        self._waiters = ThreadPoolExecutor(concurrent_trajectories, thread_name_prefix="demo-wait")
 
     async def run(self, stop: asyncio.Event) -> None:
         await asyncio.to_thread(ensure_demo_tools, self.pool)
@@ -161,4 +165,4 @@ class DemoWorkload:
                         return
                     subscription.wait(1.0)
 
-        await asyncio.to_thread(submit_and_wait)
+        await asyncio.get_running_loop().run_in_executor(self._waiters, submit_and_wait)

@@ -160,3 +160,26 @@ async def test_cgroup_v2_delegated_subtree(tmp_path: Path) -> None:
     )
     assert outcome.output.decode().split()[-1] == str(CORES[0])
     await backend.close()
+
+
+async def test_a_saturated_default_executor_does_not_stall_the_backend(
+    cgroup_backend: LocalBackend,
+) -> None:
+    """Every thread of the loop's default executor blocked (an embedded demo's waiters, say):
+    the backend still creates its cgroup, runs the action and cleans up, on its own threads."""
+    import asyncio
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    loop = asyncio.get_running_loop()
+    release = threading.Event()
+    saturated = ThreadPoolExecutor(1)
+    loop.set_default_executor(saturated)
+    blocker = loop.run_in_executor(None, release.wait, 30)
+    try:
+        outcome = await asyncio.wait_for(cgroup_backend.run(_dispatch("starved", "echo ran")), 20)
+        assert outcome.exit_code == 0 and outcome.output.strip() == b"ran"
+        assert not blocker.done()  # the default executor was busy all along
+    finally:
+        release.set()
+        await blocker

@@ -252,7 +252,7 @@ class DockerBackend(ExecutionBackend):
         """Kill every process of this exec still alive (its whole tree, wherever re-parented)."""
         marker = self._marker(dispatch)
         if self.daemon_is_local:
-            await asyncio.to_thread(procs.kill_marked, marker, cgroup_hint=container.container_id)
+            await self.blocking(procs.kill_marked, marker, cgroup_hint=container.container_id)
             return
         script = (
             f"for p in /proc/[0-9]*; do grep -q {shlex.quote(procs.MARKER_VARIABLE + '=' + marker)}"
@@ -297,6 +297,7 @@ class DockerBackend(ExecutionBackend):
     async def close(self) -> None:
         for key in list(self._containers):
             await self._remove(key)
+        self.stop_blocking_threads()
 
     async def remove_node_containers(self) -> int:
         """Remove every container labelled with this node (leftovers of a dead agent)."""

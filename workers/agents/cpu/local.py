@@ -133,14 +133,14 @@ class LocalBackend(ExecutionBackend):
             if self.cgroups is not None and dispatch.cores:
                 name = f"{self._cgroup_prefix(dispatch)}{uuid.uuid4().hex[:6]}"
                 cgroup, cancelled = await finish_despite_cancel(
-                    asyncio.to_thread(self.cgroups.create, name, dispatch.cores, dispatch.memory_mb)
+                    self.blocking(self.cgroups.create, name, dispatch.cores, dispatch.memory_mb)
                 )
                 if cancelled:
                     raise asyncio.CancelledError
             return await self._run_process(dispatch, workdir, cgroup, started)
         finally:
             if cgroup is not None:
-                await finish_despite_cancel(asyncio.to_thread(cgroup.remove))
+                await finish_despite_cancel(self.blocking(cgroup.remove))
             if trajectory is not None:
                 self._busy[trajectory] -= 1
                 self._last_used[trajectory] = time.time()
@@ -169,7 +169,7 @@ class LocalBackend(ExecutionBackend):
             dispatch=dispatch,
             started=started,
             spawn_cancelled=cancelled,
-            kill_leftovers=lambda: asyncio.to_thread(
+            kill_leftovers=lambda: self.blocking(
                 self._kill_everything, dispatch, process.pid, cgroup
             ),
             oom_killed=lambda: cgroup.oom_killed() if cgroup is not None else False,
@@ -185,20 +185,18 @@ class LocalBackend(ExecutionBackend):
 
     async def clean_lost_attempt(self, dispatch: Dispatch) -> None:
         """Kill processes and cgroups a dead agent left for this dispatch."""
-        killed = await asyncio.to_thread(procs.kill_marked, self._marker(dispatch))
+        killed = await self.blocking(procs.kill_marked, self._marker(dispatch))
         if self.cgroups is not None:
             for leftover in self.cgroups.existing(self._cgroup_prefix(dispatch)):
-                killed += await asyncio.to_thread(leftover.kill_all)
-                await asyncio.to_thread(leftover.remove)
+                killed += await self.blocking(leftover.kill_all)
+                await self.blocking(leftover.remove)
         if killed:
             logger.warning("killed %d leftover processes of %s", killed, dispatch.key)
 
     async def end_trajectory(self, trajectory_id: str) -> None:
         self._last_used.pop(trajectory_id, None)
         self._busy.pop(trajectory_id, None)
-        await asyncio.to_thread(
-            shutil.rmtree, self.trajectory_dir(trajectory_id), ignore_errors=True
-        )
+        await self.blocking(shutil.rmtree, self.trajectory_dir(trajectory_id), ignore_errors=True)
 
     async def sweep_idle(self, now: float) -> list[str]:
         idle = [
@@ -217,3 +215,4 @@ class LocalBackend(ExecutionBackend):
             self.cgroups.close()
         with contextlib.suppress(OSError):
             self.work_root.rmdir()
+        self.stop_blocking_threads()
