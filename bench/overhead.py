@@ -267,6 +267,56 @@ def rest_single_mode(url: str, key: str, total: int, *, one_request: bool) -> li
     return overheads
 
 
+def healthz_latencies(url: str, count: int) -> list[float]:
+    """``GET /healthz`` on one keep-alive connection: a server's floor per request."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    target = urlsplit(url)
+    connection = http.client.HTTPConnection(target.hostname or "127.0.0.1", target.port)
+    samples = []
+    try:
+        for _ in range(count):
+            started = time.perf_counter()
+            connection.request("GET", "/healthz")
+            response = connection.getresponse()
+            response.read()
+            samples.append(time.perf_counter() - started)
+            assert response.status == 200, response.status
+    finally:
+        connection.close()
+    return samples
+
+
+def web_floor(env: dict[str, str], children: Children, url: str, count: int) -> dict[str, Any]:
+    """The per-request floor of the web tier as served (Django's WSGI handler behind the one-hop
+    bridge, ``controlplane/http_bridge.py``) and, as its baseline, of Django's own ASGI handler
+    under the same uvicorn: why the bridge exists, measured."""
+    port = _free_port()
+    children.spawn(
+        "web-django-asgi",
+        [
+            sys.executable, "-m", "uvicorn", "--factory",
+            "django.core.asgi:get_asgi_application", "--host", "127.0.0.1", "--port",
+            str(port), "--log-level", "warning", "--no-access-log",
+        ],
+        env,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: _listening(port), 60, "Django's ASGI handler")
+        baseline_url = f"http://127.0.0.1:{port}"
+        healthz_latencies(url, 50)
+        healthz_latencies(baseline_url, 50)
+        bridge: list[float] = []
+        django_asgi: list[float] = []
+        for _ in range(5):  # interleaved rounds
+            bridge += healthz_latencies(url, count // 5)
+            django_asgi += healthz_latencies(baseline_url, count // 5)
+    finally:
+        children.stop("web-django-asgi")
+    return {"bridge": _summary(bridge), "django_asgi_handler": _summary(django_asgi)}
+
+
 async def batch_mode(url: str, key: str, size: int, batches: int) -> dict[str, list[float]]:
     """``batches`` times: submit_batch of ``size``, then as_completed over them."""
     from loom import AsyncClient
@@ -334,7 +384,8 @@ def measure(sizes: dict[str, Any]) -> dict[str, Any]:
             warm = asyncio.run(single_mode(url, seeded["key"], 1, 1))  # scheduler + agent up
             assert warm, children.log_tail("scheduler")
             results: dict[str, Any] = {
-                "celery": _summary(celery_round_trips(children, sizes["celery"]))
+                "celery": _summary(celery_round_trips(children, sizes["celery"])),
+                "web_floor_healthz": web_floor(env, children, url, sizes["healthz"]),
             }
             # Single actions through the REST API, one client: interleaved rounds of the four
             # forms, so the machine's noise lands on all of them alike.
@@ -396,7 +447,7 @@ def _plot(results: dict[str, Any]) -> None:
     labels, p50, p99 = [], [], []
     for name, value in results.items():
         summary = value.get("amortised", value) if isinstance(value, dict) else None
-        if name in ("throughput", "single@1_legs") or summary is None:
+        if name in ("throughput", "single@1_legs", "web_floor_healthz") or summary is None:
             continue
         labels.append(name if name == "celery" else f"loom {name}")
         p50.append(summary["p50_ms"])
@@ -420,6 +471,7 @@ def run(quick: bool) -> BenchReport:
         {
             "celery": 200,
             "rest": 200,
+            "healthz": 500,
             "single": [(10, 100)],
             "batch": [(1, 30), (100, 5), (1000, 2)],
             "throughput": 5000,
@@ -428,6 +480,7 @@ def run(quick: bool) -> BenchReport:
         else {
             "celery": 1000,
             "rest": 1000,
+            "healthz": 2000,
             "single": [(10, 1000)],
             "batch": [(1, 200), (100, 30), (1000, 10)],
             "throughput": 20000,

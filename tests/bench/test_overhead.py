@@ -14,6 +14,7 @@ def test_every_mode_measures_noop_round_trips() -> None:
     sizes = {
         "celery": 5,
         "rest": 5,
+        "healthz": 10,
         "single": [(2, 4)],
         "batch": [(1, 2), (10, 1)],
         "throughput": 200,
@@ -26,6 +27,8 @@ def test_every_mode_measures_noop_round_trips() -> None:
     for form in ("rest_run@1", "rest_two@1", "sdk_run@1", "single@1"):
         assert result[form]["n"] == 5 and result[form]["p50_ms"] > 0, form
     assert result["single@2"]["n"] == 4
+    floor = result["web_floor_healthz"]
+    assert floor["bridge"]["n"] == 10 and floor["django_asgi_handler"]["n"] == 10
     assert set(result["single@1_legs"]) == {
         "submit_request",
         "result_request",
