@@ -19,12 +19,12 @@ import asyncio
 import itertools
 import sys
 import tempfile
-import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
 from django.conf import settings
+
+from workers.threads import OwnThreads
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -38,17 +38,9 @@ class WsgiBridge:
 
     def __init__(self, wsgi: WsgiApp, *, threads: int, spool_bytes: int) -> None:
         self.wsgi = wsgi
-        self.threads = threads
         self.spool_bytes = spool_bytes
-        self._executor: ThreadPoolExecutor | None = None
-        self._executor_lock = threading.Lock()
-
-    def executor(self) -> ThreadPoolExecutor:
-        # Created on first use, in the serving process (a server may fork after import).
-        with self._executor_lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="loom-http")
-            return self._executor
+        # Started on first use, in the serving process (a server may fork after import).
+        self.threads = OwnThreads(threads, "loom-http")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -58,7 +50,7 @@ class WsgiBridge:
             if not await self._read_body(receive, body):
                 return  # the client hung up before sending its body
             environ = wsgi_environ(scope, body)
-            whole = await loop.run_in_executor(self.executor(), self._respond, environ, send, loop)
+            whole = await self.threads.run(self._respond, environ, send, loop)
         if whole is not None:
             head, content = whole
             await send(head)

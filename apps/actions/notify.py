@@ -23,7 +23,7 @@ from typing import Protocol
 
 from django.conf import settings
 
-from controlplane.redis_client import key_prefix
+from controlplane.redis_client import key_prefix, redis_client
 
 LISTENER_CONNECT_WAIT_S = 2.0
 LISTENER_DOWN_POLL_S = 0.5
@@ -120,9 +120,7 @@ class RedisNotifier:
     """
 
     def __init__(self, url: str, channel: str) -> None:
-        import redis
-
-        self.client = redis.Redis.from_url(url)
+        self.client = redis_client(url)
         self.channel = channel
         self.local = InProcessNotifier()
         self.listening = threading.Event()

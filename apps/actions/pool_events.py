@@ -40,7 +40,6 @@ def _pool_names(pool_ids: Collection[int]) -> dict[int, str]:
     return names
 
 
-stream_prefix = key_prefix
 RECORDS_UP_TO = 100  # actions per announcement that carry their records
 
 
@@ -51,7 +50,7 @@ def publish(pool: str, message: Message) -> None:
     if runtime is not None:
         runtime.publish_threadsafe(runtime.streams.events(pool), message)
     elif settings.REDIS_URL:
-        stream = StreamNames(prefix=stream_prefix()).events(pool)
+        stream = StreamNames(prefix=key_prefix()).events(pool)
         redis_client(settings.REDIS_URL).xadd(stream, {"m": encode_json(message)})
 
 
@@ -68,30 +67,28 @@ def _announce(
 
 
 def _announce_new(actions: list[Action]) -> None:
-    """Small submissions carry their records (the scheduler then reads no row); big ones are
-    announced by id and loaded by the scheduler in chunks."""
-    if len(actions) > RECORDS_UP_TO:
-        _announce([(a.pk, a.pool_id) for a in actions if a.pool_id is not None], ActionsSubmitted)
-        return
+    """Like ``_announce``, but a small submission carries its records (the scheduler then reads
+    no row); a big one is announced by id and loaded by the scheduler in chunks."""
     from apps.actions.scheduler_store import new_action_record
     from apps.actions.selectors import submit_catalog
 
-    catalog = submit_catalog()
     by_pool: dict[int, list[Action]] = defaultdict(list)
     for action in actions:
         if action.pool_id is not None:
             by_pool[action.pool_id].append(action)
+    catalog = submit_catalog()
     names = _pool_names(by_pool)
     for pool_id, members in by_pool.items():
-        pool = catalog.pool_by_id(pool_id)
         if pool_id not in names:
             continue
+        pool = catalog.pool_by_id(pool_id)
         records = []
-        for action in members:
-            tool = catalog.tool_by_id(action.tool_id)
-            if pool is not None and (action.tool_id is None or tool is not None):
-                record = new_action_record(action, tool, str(pool.kind))
-                records.append({f.name: getattr(record, f.name) for f in fields(record)})
+        if pool is not None and len(actions) <= RECORDS_UP_TO:
+            for action in members:
+                tool = catalog.tool_by_id(action.tool_id)
+                if action.tool_id is None or tool is not None:
+                    record = new_action_record(action, tool, str(pool.kind))
+                    records.append({f.name: getattr(record, f.name) for f in fields(record)})
         message = ActionsSubmitted(action_ids=tuple(a.pk for a in members), records=tuple(records))
         publish(names[pool_id], message)
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
 
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
@@ -14,8 +14,6 @@ from apps.actions.models import Action
 from apps.jobs.access import Principal, job_ids_filter
 from apps.resources.generation import current as catalog_generation
 from apps.resources.models import ApiQuota, PoolKind, ResourcePool, Service, Tool
-
-M = TypeVar("M", ResourcePool, Tool, Service)
 
 # The pool kind that serves an action whose key resource is this one.
 KIND_OF_RESOURCE = {
@@ -77,22 +75,27 @@ class SubmitCatalog:
     api_quotas: dict[str, ApiQuota] = field(default_factory=dict)
     pools: dict[str, ResourcePool] = field(default_factory=dict)
     default_pool_by_kind: dict[str, int] = field(default_factory=dict)
-    _indexes: dict[int, Any] = field(default_factory=dict, repr=False)
+
+    @functools.cached_property
+    def _pools_by_id(self) -> dict[int | None, ResourcePool]:
+        return {pool.pk: pool for pool in self.pools.values()}
+
+    @functools.cached_property
+    def _tools_by_id(self) -> dict[int | None, Tool]:
+        return {tool.pk: tool for tool in self.tools.values()}
+
+    @functools.cached_property
+    def _services_by_id(self) -> dict[int | None, Service]:
+        return {service.pk: service for service in self.services.values()}
 
     def pool_by_id(self, pool_id: int | None) -> ResourcePool | None:
-        return self._by_id(self.pools).get(pool_id)
+        return self._pools_by_id.get(pool_id)
 
     def tool_by_id(self, tool_id: int | None) -> Tool | None:
-        return self._by_id(self.tools).get(tool_id)
+        return self._tools_by_id.get(tool_id)
 
     def service_by_id(self, service_id: int | None) -> Service | None:
-        return self._by_id(self.services).get(service_id)
-
-    def _by_id(self, by_name: dict[str, M]) -> dict[int | None, M]:
-        index = self._indexes.get(id(by_name))
-        if index is None:
-            index = self._indexes[id(by_name)] = {row.pk: row for row in by_name.values()}
-        return index
+        return self._services_by_id.get(service_id)
 
     def pool_kind(self, pool_id: int | None) -> str | None:
         pool = self.pool_by_id(pool_id)

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any
 
 from workers.algorithms.tangram import (
     Assignment,
@@ -34,6 +32,7 @@ from workers.algorithms.tangram import (
 from workers.scheduler.records import ActionRecord, FinishUpdate, RequeueUpdate, ScheduledUpdate
 from workers.scheduler.specs import action_spec, allocation_json, dispatch_for, spec_id
 from workers.scheduler.store import ActionStore
+from workers.threads import OwnThreads
 from workers.transport import (
     SCHEDULER_GROUP,
     ActionResult,
@@ -49,7 +48,6 @@ from workers.transport import (
 )
 
 log = logging.getLogger("loom.scheduler")
-T = TypeVar("T")
 
 POLICY_FIELDS = ("algorithm", "depth", "min_dop", "max_dop", "fixed_dop")
 RETRYABLE_REASONS = frozenset({"agent_lost"})
@@ -122,23 +120,13 @@ class SchedulerService:
         self._events = self.streams.events(config.pool)
         # Event batches and housekeeping passes never interleave (both touch the same state).
         self._lock = asyncio.Lock()
-        # Store calls run on a thread of their own, never the event loop's default executor:
-        # anything else in the process that blocks those threads (a waiter per action, say)
-        # would otherwise stall persistence, and with it every action's end. One thread is
-        # enough (the service is serial) and keeps one database connection.
-        self._store_thread: ThreadPoolExecutor | None = None
+        # Store calls run on a thread of their own (workers/threads.py): one is enough (the
+        # service is serial) and keeps one database connection.
+        self._store_thread = OwnThreads(1, f"loom-store-{config.pool}")
         self._broken = False  # a pass failed half-way: rebuild from the store before going on
         self.recoveries = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
-
-    async def _in_store_thread(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        if self._store_thread is None:
-            name = f"loom-store-{self.config.pool}"
-            self._store_thread = ThreadPoolExecutor(1, thread_name_prefix=name)
-        loop = asyncio.get_running_loop()
-        call = functools.partial(function, *args, **kwargs)
-        return await loop.run_in_executor(self._store_thread, call)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Rebuild, then serve until ``stop`` is set.
@@ -181,9 +169,7 @@ class SchedulerService:
             housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await housekeeping
-            if self._store_thread is not None:
-                self._store_thread.shutdown(wait=False)
-                self._store_thread = None
+            self._store_thread.close()
 
     async def _recover(self) -> None:
         """Forget the in-memory state and rebuild it as a restarted process would."""
@@ -206,8 +192,8 @@ class SchedulerService:
         """State from the store plus this group's unacknowledged events (crash recovery)."""
         pool = self.config.pool
         await self.transport.ensure_group(self._events, SCHEDULER_GROUP)
-        self.kind = await self._in_store_thread(self.store.pool_kind, pool)
-        for register in await self._in_store_thread(self.store.load_nodes, pool):
+        self.kind = await self._store_thread.run(self.store.pool_kind, pool)
+        for register in await self._store_thread.run(self.store.load_nodes, pool):
             self.nodes[register.node_id] = register
             self.last_seen[register.node_id] = self.clock()
         self.scheduler = ElasticScheduler(await self._build_topology())
@@ -216,7 +202,7 @@ class SchedulerService:
         await self._refresh_drains()
         now = self.clock()
         redispatch: list[tuple[_Active, Assignment]] = []
-        records = await self._in_store_thread(self.store.load_active, pool)
+        records = await self._store_thread.run(self.store.load_active, pool)
         for record in records:
             if record.status == "queued":
                 self._submit(record, now)
@@ -285,15 +271,15 @@ class SchedulerService:
             to_load = [i for i in unknown if i not in carried]
             records = [carried[i] for i in unknown if i in carried]
             if to_load:
-                records += await self._in_store_thread(
+                records += await self._store_thread.run(
                     self.store.load_queued, self.config.pool, to_load
                 )
             for record in sorted(records, key=lambda r: (r.submitted_at, r.action_id)):
                 self._submit(record, now)
         if heartbeats:
-            await self._in_store_thread(self.store.record_heartbeats, sorted(set(heartbeats)), now)
+            await self._store_thread.run(self.store.record_heartbeats, sorted(set(heartbeats)), now)
         if executing:
-            await self._in_store_thread(self.store.mark_running, executing, now)
+            await self._store_thread.run(self.store.mark_running, executing, now)
         await self._schedule_and_persist(batch, now)
         if deliveries:
             await self.transport.ack(
@@ -317,7 +303,7 @@ class SchedulerService:
             )
             started.append((active, assignment, attempt))
         if scheduled or batch.finished or batch.requeued:
-            applied = await self._in_store_thread(
+            applied = await self._store_thread.run(
                 self.store.apply,
                 scheduled=scheduled,
                 finished=batch.finished,
@@ -433,7 +419,7 @@ class SchedulerService:
                 batch.cancels.append((active.node, Cancel(action_id=key, attempt=active.attempt)))
 
     async def _on_register(self, register: NodeRegister, now: float) -> None:
-        await self._in_store_thread(self.store.upsert_node, register)
+        await self._store_thread.run(self.store.upsert_node, register)
         self.last_seen[register.node_id] = now
         known = register.node_id in self.nodes
         self.nodes[register.node_id] = register
@@ -492,7 +478,7 @@ class SchedulerService:
         self._check_nodes(batch, now)
         if self._offline:
             offline, self._offline = self._offline, []
-            await self._in_store_thread(self.store.mark_nodes_offline, offline)
+            await self._store_thread.run(self.store.mark_nodes_offline, offline)
         self._check_deadlines(batch, now)
         if refresh_policy:
             await self._refresh_policy()
@@ -538,7 +524,7 @@ class SchedulerService:
 
     async def _refresh_drains(self) -> None:
         """Operators drain nodes from the dashboard: running actions finish, nothing new lands."""
-        draining = await self._in_store_thread(self.store.draining_nodes, self.config.pool)
+        draining = await self._store_thread.run(self.store.draining_nodes, self.config.pool)
         if draining == self.draining:
             return
         if self.kind == "cpu" and self.scheduler is not None:
@@ -555,7 +541,7 @@ class SchedulerService:
 
     async def _refresh_policy(self) -> None:
         assert self.scheduler is not None
-        loaded = await self._in_store_thread(self.store.load_policy, self.config.pool)
+        loaded = await self._store_thread.run(self.store.load_policy, self.config.pool)
         if loaded is None or loaded[0] == self.policy_version:
             return
         version, settings = loaded
@@ -629,7 +615,7 @@ class SchedulerService:
 
     async def _build_topology(self) -> Topology:
         if self.kind == "api":
-            limits = await self._in_store_thread(self.store.api_limits, self.config.pool)
+            limits = await self._store_thread.run(self.store.api_limits, self.config.pool)
             return BasicTopology(
                 {
                     name: BasicLimit(concurrency=c, quota=q, period_s=p or 60.0)

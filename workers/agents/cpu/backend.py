@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import functools
 import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from workers.agents.common import procs
+from workers.threads import OwnThreads
 from workers.transport.messages import Dispatch
 
 T = TypeVar("T")
@@ -41,24 +40,18 @@ class ExecutionBackend(abc.ABC):
     """Runs one Dispatch's command on its cores and cleans everything up afterwards."""
 
     name: str = "abstract"
-    _blocking_threads: ThreadPoolExecutor | None = None
+    _blocking_threads: OwnThreads | None = None
 
     async def blocking(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking helper (cgroup files, process scans, rmtree) on this backend's own
-        threads, never the event loop's default executor: a process that fills those (an
-        embedded demo waiting on its actions, say) must not stall the agent that ends them."""
+        threads (workers/threads.py), so that nothing else in the process can stall it."""
         if self._blocking_threads is None:
-            self._blocking_threads = ThreadPoolExecutor(
-                BLOCKING_THREADS, thread_name_prefix=f"loom-{self.name}-backend"
-            )
-        loop = asyncio.get_running_loop()
-        call = functools.partial(function, *args, **kwargs)
-        return await loop.run_in_executor(self._blocking_threads, call)
+            self._blocking_threads = OwnThreads(BLOCKING_THREADS, f"loom-{self.name}-backend")
+        return await self._blocking_threads.run(function, *args, **kwargs)
 
     def stop_blocking_threads(self) -> None:
         if self._blocking_threads is not None:
-            self._blocking_threads.shutdown(wait=False)
-            self._blocking_threads = None
+            self._blocking_threads.close()
 
     @abc.abstractmethod
     async def run(self, dispatch: Dispatch) -> ExecOutcome:

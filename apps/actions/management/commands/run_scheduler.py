@@ -11,9 +11,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from apps.actions.pool_events import stream_prefix
 from apps.actions.scheduler_store import DjangoActionStore
 from apps.dashboard.publish import apublish
+from controlplane.redis_client import key_prefix
 from workers.scheduler import SchedulerService, ServiceConfig
 from workers.transport import RedisStreamsTransport, StreamNames
 
@@ -54,7 +54,7 @@ class Command(BaseCommand):
             heartbeat_timeout_s=options["heartbeat_timeout"],
             result_grace_s=options["result_grace"],
         )
-        prefix = options["stream_prefix"] or stream_prefix()
+        prefix = options["stream_prefix"] or key_prefix()
         try:
             asyncio.run(self._serve(config, StreamNames(prefix=prefix)))
         except LookupError as exc:
