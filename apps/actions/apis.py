@@ -171,7 +171,7 @@ def with_catalog(attempt: Callable[[selectors.SubmitCatalog], T]) -> T:
         return attempt(selectors.submit_catalog(fresh=True))
 
 
-def prime_names(action: Action, catalog: selectors.SubmitCatalog) -> Action:
+def prime_names(action: Action, catalog: selectors.SubmitCatalog) -> None:
     """Give a new action its pool, tool and service from the catalog, so the response names
     them without a query each."""
     if (pool := catalog.pool_by_id(action.pool_id)) is not None:
@@ -180,7 +180,6 @@ def prime_names(action: Action, catalog: selectors.SubmitCatalog) -> Action:
         action.tool = tool
     if (service := catalog.service_by_id(action.service_id)) is not None:
         action.service = service
-    return action
 
 
 class ActionListSubmitApi(CursorListView):

@@ -14,12 +14,11 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable
 from dataclasses import fields
 
-from django.conf import settings
 from django.db import transaction
 
 from apps.actions.models import Action
 from apps.resources.models import ResourcePool
-from controlplane.redis_client import key_prefix, redis_client
+from controlplane.redis_client import configured_redis, key_prefix
 from workers.transport import ActionsCancelled, ActionsSubmitted, Message, StreamNames
 from workers.transport.messages import encode_json
 
@@ -49,9 +48,9 @@ def publish(pool: str, message: Message) -> None:
     runtime = current_runtime()
     if runtime is not None:
         runtime.publish_threadsafe(runtime.streams.events(pool), message)
-    elif settings.REDIS_URL:
+    elif (client := configured_redis()) is not None:
         stream = StreamNames(prefix=key_prefix()).events(pool)
-        redis_client(settings.REDIS_URL).xadd(stream, {"m": encode_json(message)})
+        client.xadd(stream, {"m": encode_json(message)})
 
 
 def _announce(

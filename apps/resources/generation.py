@@ -23,16 +23,15 @@ from django.db import transaction
 
 from controlplane.redis_client import configured_redis, key_prefix
 
+SHARED_CHECK_S = 0.1  # how often the shared number is read (changes elsewhere show within it)
+
 _local_value = 0
 _lock = threading.Lock()
+_shared: tuple[float, int] = (float("-inf"), 0)  # (monotonic time read, value)
 
 
 def _redis_key() -> str:
     return f"{key_prefix()}:catalog-generation"
-
-
-SHARED_CHECK_S = 0.1  # how often the shared number is read (changes elsewhere show within it)
-_shared: tuple[float, int] = (float("-inf"), 0)  # (monotonic time read, value)
 
 
 def current() -> tuple[int, int]:
