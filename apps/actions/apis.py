@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import IntegrityError, connection
+from django.http import Http404
 from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
@@ -19,7 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.actions import selectors, services
+from apps.actions import hot_path, selectors, services
 from apps.actions.models import TERMINAL_STATUSES, Action, ActionStatus
 from apps.actions.notify import Subscription, get_notifier
 from apps.actions.serializers import ActionItemSerializer, check_trajectories
@@ -274,8 +275,8 @@ class ActionListSubmitApi(CursorListView):
             if subscriptions and not action.is_terminal:
                 release_connection()
                 subscriptions[-1].wait(wait)
-                action = Action.objects.get(pk=action.pk)
-            if submitted.created or action is not submitted.action:
+                reread_progress(action)
+            if submitted.created:
                 prime_names(action, selectors.submit_catalog())
         code = status.HTTP_201_CREATED if submitted.created else status.HTTP_200_OK
         return Response(ActionOutputSerializer.render(action), status=code)
@@ -394,11 +395,20 @@ class ActionResultApi(APIView):
                 if not action.is_terminal:
                     release_connection()
                     subscription.wait(wait)
-                    action = selectors.action_result_get(principal=principal, action_id=action_id)
+                    reread_progress(action)
         else:
             action = selectors.action_result_get(principal=principal, action_id=action_id)
         code = status.HTTP_200_OK if action.is_terminal else status.HTTP_202_ACCEPTED
         return Response(ActionResultSerializer.render(action), status=code)
+
+
+def reread_progress(action: Action) -> None:
+    """After a long-poll: what changed on the action since it was read (one statement); 404 if
+    it was deleted meanwhile (its job deleted)."""
+    try:
+        hot_path.refresh_progress(action)
+    except Action.DoesNotExist:
+        raise Http404(f"action {action.pk} was deleted") from None
 
 
 def release_connection() -> None:

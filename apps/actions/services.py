@@ -20,6 +20,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from apps.actions.demand import Demand
+from apps.actions.hot_path import insert_action
 from apps.actions.models import (
     ACTIVE_STATUSES,
     ALLOCATED_STATUSES,
@@ -107,7 +108,7 @@ def _submit_one(*, job: Job, spec: ActionSpec, before_announce: BeforeAnnounce |
     is taken does it read the action that holds it."""
     action = _build(job=job, spec=spec, now=timezone.now())
     try:
-        action.save(force_insert=True)
+        insert_action(action)
     except IntegrityError:
         if spec.idempotency_key is None:
             raise

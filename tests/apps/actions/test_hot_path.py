@@ -1,0 +1,123 @@
+"""The hand-built statements of the single-action hot path (``apps/actions/hot_path.py``) write
+and read exactly what the ORM would."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.forms.models import model_to_dict
+from django.http import Http404
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from apps.actions import hot_path, services
+from apps.actions.apis import ActionOutputSerializer, reread_progress
+from apps.actions.models import Action, ActionStatus
+from tests.factories import ActionFactory, JobFactory, NodeFactory, PoolFactory, ToolFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fields() -> dict[str, Any]:
+    """Every column of a submitted action set, JSON ones nested."""
+    pool = PoolFactory.create(name="cpus", kind="cpu")
+    return {
+        "job": JobFactory.create(),
+        "tool": ToolFactory.create(name="sandbox", pool=pool),
+        "pool": pool,
+        "command": "pytest -n {dop}",
+        "payload": {"args": [1, "two", None], "nested": {"ok": True}},
+        "demand": {"cpu": {"min": 1, "max": 4}, "memory_mb": 512},
+        "elasticity": {"kind": "amdahl", "parallel_fraction": 0.9},
+        "key_resource": "cpu",
+        "min_units": 1,
+        "max_units": 4,
+        "single_unit_duration_s": 2.5,
+        "timeout_s": 30.0,
+        "status": ActionStatus.QUEUED,
+        "submitted_at": timezone.now(),
+        "idempotency_key": "key-1",
+    }
+
+
+def _row(pk: int) -> dict[str, Any]:
+    return model_to_dict(Action.objects.get(pk=pk), exclude=["id"])
+
+
+def test_insert_action_stores_what_save_stores(fields: dict[str, Any]) -> None:
+    through_orm = Action(**fields)
+    through_orm.save(force_insert=True)
+    through_hot_path = Action(**(fields | {"idempotency_key": "key-2"}))
+    with CaptureQueriesContext(connection) as queries:
+        hot_path.insert_action(through_hot_path)
+    assert len(queries.captured_queries) == 1
+    assert queries.captured_queries[0]["sql"].upper().startswith("INSERT")
+    assert through_hot_path.pk is not None and through_hot_path.pk != through_orm.pk
+    assert not through_hot_path._state.adding
+    assert _row(through_hot_path.pk) == _row(through_orm.pk) | {"idempotency_key": "key-2"}
+
+
+def test_insert_action_fills_model_defaults(fields: dict[str, Any]) -> None:
+    action = Action(**(fields | {"command": "", "payload": None, "elasticity": None}))
+    hot_path.insert_action(action)
+    stored = Action.objects.get(pk=action.pk)
+    assert (stored.output, stored.error_reason, stored.attempts) == ("", "", 0)
+    assert stored.payload is None and stored.command == "" and stored.score is None
+
+
+def test_insert_action_raises_integrity_error_on_a_taken_key(fields: dict[str, Any]) -> None:
+    hot_path.insert_action(Action(**fields))
+    with pytest.raises(IntegrityError), transaction.atomic():
+        hot_path.insert_action(Action(**fields))
+    assert Action.objects.count() == 1
+
+
+def test_refresh_progress_reads_what_changed_with_the_node_by_name() -> None:
+    pool = PoolFactory.create(name="cpus", kind="cpu")
+    node = NodeFactory.create(name="node-a", pool=pool)
+    action = ActionFactory.create(pool=pool)
+    stale = Action.objects.get(pk=action.pk)
+    started = timezone.now()
+    assert services.action_mark_scheduled(
+        action_id=action.pk, allocation={"cores": [2, 3], "node": "node-a"}, node_id=node.pk
+    )
+    services.action_mark_running(action_id=action.pk, now=started)
+    services.action_finish(
+        action_id=action.pk,
+        status=ActionStatus.FAILED,
+        exit_code=3,
+        output="boom\n",
+        error_reason="exit_code_nonzero",
+        score=0.25,
+        now=started + timedelta(seconds=1),
+    )
+    stale.pool = pool  # named from the catalog, as the submit view does
+    with CaptureQueriesContext(connection) as queries:
+        hot_path.refresh_progress(stale)
+        rendered = ActionOutputSerializer.render(stale)
+    assert len(queries.captured_queries) == 1, [q["sql"] for q in queries.captured_queries]
+    fresh = Action.objects.select_related("node").get(pk=action.pk)
+    assert rendered == ActionOutputSerializer.render(fresh)
+    assert rendered["node"] == "node-a" and rendered["allocation"]["cores"] == [2, 3]
+    assert (stale.status, stale.exit_code, stale.score) == ("failed", 3, 0.25)
+    assert stale.started_at == fresh.started_at and stale.finished_at == fresh.finished_at
+    assert stale.node is not None and stale.node.cores == node.cores  # the rest loads on access
+
+
+def test_refresh_progress_of_an_action_without_a_node() -> None:
+    action = ActionFactory.create()
+    hot_path.refresh_progress(action)
+    assert action.node is None and action.node_id is None and action.status == "queued"
+
+
+def test_refresh_progress_of_a_deleted_action_raises_and_the_api_says_404() -> None:
+    action = ActionFactory.create()
+    Action.objects.filter(pk=action.pk).delete()
+    with pytest.raises(Action.DoesNotExist):
+        hot_path.refresh_progress(action)
+    with pytest.raises(Http404):
+        reread_progress(action)
