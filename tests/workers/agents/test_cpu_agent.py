@@ -229,3 +229,53 @@ async def test_noop_actions_are_answered_in_batches(
             break
         await asyncio.sleep(0.02)
     assert await transport.pending(names.dispatch(NODE_A), AGENT_GROUP) == []
+
+
+class _CallOrder(InProcessTransport):
+    """The in-process transport, noting the agent's reads of its dispatch stream and its result
+    publications in the order they are made."""
+
+    def __init__(self, dispatch_stream: str) -> None:
+        super().__init__()
+        self.dispatch_stream = dispatch_stream
+        self.calls: list[str] = []
+
+    async def read(self, stream: str, *args: Any, **kwargs: Any) -> Any:
+        if stream != self.dispatch_stream:
+            return await super().read(stream, *args, **kwargs)
+        self.calls.append("read")
+        deliveries = await super().read(stream, *args, **kwargs)
+        self.calls.extend(f"delivered {d.message.action_id}" for d in deliveries)
+        return deliveries
+
+    async def publish_and_ack(self, stream: str, results: Any, *args: Any, **kwargs: Any) -> Any:
+        self.calls.extend(f"result {r.action_id}" for r in results)
+        return await super().publish_and_ack(stream, results, *args, **kwargs)
+
+
+async def test_a_noop_result_is_sent_before_the_next_blocking_read(
+    names: StreamNames, tmp_path: Path
+) -> None:
+    """Latency of single actions: the answer to an inline dispatch must not wait behind the
+    agent's next (blocking) read of its stream."""
+    transport = _CallOrder(names.dispatch(NODE_A))
+    scheduler = SchedulerStandIn(transport, names, "cpu-pool")
+    await scheduler.start()
+    agent = CpuAgent(
+        transport=transport,
+        node_id=NODE_A,
+        pool="cpu-pool",
+        backend=LocalBackend(node_id=NODE_A, work_root=tmp_path, cgroups=None),
+        streams=names,
+        settings=FAST,
+        memory_mb=2048,
+    )
+    await agent.start()
+    try:
+        await scheduler.send(NODE_A, Dispatch(action_id="n1", attempt=1, job_id="j", kind="noop"))
+        assert (await scheduler.results(1))["n1"].status == "succeeded"
+    finally:
+        await bounded(agent.stop(), "agent.stop()")
+        await transport.close()
+    delivered = transport.calls.index("delivered n1")
+    assert transport.calls[delivered + 1] == "result n1", transport.calls  # then the next read

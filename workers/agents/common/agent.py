@@ -346,6 +346,9 @@ class AgentBase(abc.ABC):
                 return
             for delivery in deliveries:
                 await self.handle(delivery)
+            # Let the flusher send what was answered inline (no-ops, duplicates, cancels) before
+            # this loop blocks on its next read: the result reaches the scheduler one turn sooner.
+            await asyncio.sleep(0)
 
     async def _flush_loop(self) -> None:
         """Publish a batch of results and ack their entries together (never ack before send).
