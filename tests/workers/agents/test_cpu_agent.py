@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,11 @@ from workers.transport import (
     AGENT_GROUP,
     ActionResult,
     Cancel,
+    Delivery,
     Dispatch,
     Heartbeat,
     InProcessTransport,
+    Message,
     NodeRegister,
     RedisStreamsTransport,
     StreamNames,
@@ -240,17 +242,30 @@ class _CallOrder(InProcessTransport):
         self.dispatch_stream = dispatch_stream
         self.calls: list[str] = []
 
-    async def read(self, stream: str, *args: Any, **kwargs: Any) -> Any:
-        if stream != self.dispatch_stream:
-            return await super().read(stream, *args, **kwargs)
-        self.calls.append("read")
-        deliveries = await super().read(stream, *args, **kwargs)
-        self.calls.extend(f"delivered {d.message.action_id}" for d in deliveries)
+    async def read(
+        self, stream: str, group: str, consumer: str, *, count: int = 64, block_ms: int = 1000
+    ) -> list[Delivery]:
+        if stream == self.dispatch_stream:
+            self.calls.append("read")
+        deliveries = await super().read(stream, group, consumer, count=count, block_ms=block_ms)
+        if stream == self.dispatch_stream:
+            self.calls.extend(
+                f"delivered {d.message.action_id}"
+                for d in deliveries
+                if isinstance(d.message, Dispatch)
+            )
         return deliveries
 
-    async def publish_and_ack(self, stream: str, results: Any, *args: Any, **kwargs: Any) -> Any:
-        self.calls.extend(f"result {r.action_id}" for r in results)
-        return await super().publish_and_ack(stream, results, *args, **kwargs)
+    async def publish_and_ack(
+        self,
+        stream: str,
+        messages: Sequence[Message],
+        ack_stream: str,
+        group: str,
+        entry_ids: Sequence[str],
+    ) -> None:
+        self.calls.extend(f"result {m.action_id}" for m in messages if isinstance(m, ActionResult))
+        await super().publish_and_ack(stream, messages, ack_stream, group, entry_ids)
 
 
 async def test_a_noop_result_is_sent_before_the_next_blocking_read(
