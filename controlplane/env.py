@@ -96,13 +96,6 @@ def database_from_url(name: str, url: str | None, *, sqlite_path: Path) -> dict[
                 f"e.g. postgres://user@host:5432/loom; got {url!r}"
             )
         options: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=False))
-        if env_bool("LOOM_DB_PREPARED", True):
-            # Parameters bound by the server (no quoting of every value, arrays included, in
-            # Python) and statements prepared on their second use per connection: the hot paths
-            # (a key's lookup, a submission, the scheduler's set-based writes) skip PostgreSQL's
-            # parse and plan. Off behind a pooler that cannot keep prepared statements.
-            options["server_side_binding"] = True
-            options["prepare_threshold"] = 2
         # Under ASGI every request runs on a fresh thread, so per-thread persistent connections
         # are never reused: a pool hands each request a warm connection (and caps the total).
         if env_bool("LOOM_DB_POOL", True):

@@ -42,18 +42,6 @@ def test_database_url_postgres():
     assert config["OPTIONS"]["pool"]["max_size"] >= 1 and config["CONN_MAX_AGE"] == 0
 
 
-def test_database_binds_server_side_and_prepares_unless_turned_off(monkeypatch):
-    url = "postgres://loom@db:5432/loom"
-    options = env.database_from_url("DATABASE_URL", url, sqlite_path=Path("unused"))["OPTIONS"]
-    assert options["server_side_binding"] is True and options["prepare_threshold"] == 2
-    monkeypatch.setenv("LOOM_DB_PREPARED", "false")  # e.g. behind PgBouncer in transaction mode
-    options = env.database_from_url("DATABASE_URL", url, sqlite_path=Path("unused"))["OPTIONS"]
-    assert "server_side_binding" not in options and "prepare_threshold" not in options
-    monkeypatch.setenv("LOOM_DB_PREPARED", "maybe")
-    with pytest.raises(ImproperlyConfigured, match="LOOM_DB_PREPARED"):
-        env.database_from_url("DATABASE_URL", url, sqlite_path=Path("unused"))
-
-
 def test_database_pool_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("LOOM_DB_POOL", "false")
     config = env.database_from_url(
