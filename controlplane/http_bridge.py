@@ -10,15 +10,19 @@ Websockets (the dashboard's ``/ws/``) stay on Channels; see ``controlplane/asgi.
 
 The pool is ``LOOM_WEB_THREADS`` threads: that many requests run at once (a long-polling
 ``result?wait=`` holds one, without a database connection while it waits); more wait for a
-thread. A client that hangs up does not interrupt its view; the response is dropped.
+thread. A client that hangs up while its view runs is noticed on the event loop: the view finds a
+``Hangup`` in its environ (``HANGUP_KEY``) and a long-poll registers there to end its wait at
+once, so abandoned long-polls do not hold threads for their whole ``wait``. Its answer is dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import sys
 import tempfile
+import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import IO, Any
 
@@ -31,6 +35,35 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+HANGUP_KEY = "loom.hangup"
+
+
+class Hangup:
+    """The client of one request hung up (or not yet): callbacks registered by the view run
+    once, on the event loop's thread, when it does — at once if it already has."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+        self.happened = False
+
+    def on_hangup(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if not self.happened:
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def fire(self) -> None:
+        with self._lock:
+            if self.happened:
+                return
+            self.happened = True
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
 
 
 class WsgiBridge:
@@ -50,7 +83,14 @@ class WsgiBridge:
             if not await self._read_body(receive, body):
                 return  # the client hung up before sending its body
             environ = wsgi_environ(scope, body)
-            whole = await self.threads.run(self._respond, environ, send, loop)
+            hangup = environ[HANGUP_KEY] = Hangup()
+            watcher = asyncio.create_task(self._watch_for_hangup(receive, hangup))
+            try:
+                whole = await self.threads.run(self._respond, environ, send, loop)
+            finally:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
         if whole is not None:
             head, content = whole
             await send(head)
@@ -67,6 +107,14 @@ class WsgiBridge:
             body.write(message.get("body", b""))
             if not message.get("more_body", False):
                 return True
+
+    @staticmethod
+    async def _watch_for_hangup(receive: Receive, hangup: Hangup) -> None:
+        """After the body, the server's next message is ``http.disconnect``: the client hung
+        up (this watcher is cancelled before the response is sent). Anything else (a server
+        that repeats body messages) ends the watch: never a busy loop."""
+        if (await receive())["type"] == "http.disconnect":
+            hangup.fire()
 
     def _respond(
         self, environ: dict[str, Any], send: Send, loop: asyncio.AbstractEventLoop

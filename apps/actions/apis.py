@@ -33,6 +33,7 @@ from controlplane.api.errors import ApiError, Conflict
 from controlplane.api.fields import INT64_MAX, FiniteFloatField
 from controlplane.api.representation import ReusedFieldsMixin
 from controlplane.api.views import CursorListView
+from controlplane.http_bridge import HANGUP_KEY, Hangup
 
 T = TypeVar("T")
 
@@ -274,7 +275,7 @@ class ActionListSubmitApi(CursorListView):
             action = submitted.action
             if subscriptions and not action.is_terminal:
                 release_connection()
-                subscriptions[-1].wait(wait)
+                wait_until_ended(request, subscriptions[-1], wait)
                 reread_progress(action)
             if submitted.created:
                 prime_names(action, selectors.submit_catalog())
@@ -394,12 +395,21 @@ class ActionResultApi(APIView):
                 action = selectors.action_result_get(principal=principal, action_id=action_id)
                 if not action.is_terminal:
                     release_connection()
-                    subscription.wait(wait)
+                    wait_until_ended(request, subscription, wait)
                     reread_progress(action)
         else:
             action = selectors.action_result_get(principal=principal, action_id=action_id)
         code = status.HTTP_200_OK if action.is_terminal else status.HTTP_202_ACCEPTED
         return Response(ActionResultSerializer.render(action), status=code)
+
+
+def wait_until_ended(request: Request, subscription: Subscription, seconds: float) -> None:
+    """A long-poll's wait: until an end is published, ``seconds`` pass, or the client hangs up
+    (``controlplane.http_bridge.Hangup``: its thread is free at once; the answer is dropped)."""
+    hangup = request.META.get(HANGUP_KEY)
+    if isinstance(hangup, Hangup):
+        hangup.on_hangup(subscription.wake)
+    subscription.wait(seconds)
 
 
 def reread_progress(action: Action) -> None:
@@ -457,7 +467,7 @@ class ActionAwaitApi(APIView):
                 ended = list(visible.filter(status__in=TERMINAL_STATUSES))
                 if not ended:
                     release_connection()
-                    subscription.wait(wait)
+                    wait_until_ended(request, subscription, wait)
                     ended = list(visible.filter(status__in=TERMINAL_STATUSES))
         ended_ids = {action.pk for action in ended}
         body = {

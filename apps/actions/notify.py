@@ -37,6 +37,10 @@ class Subscription(Protocol):
         """Block until the action ends or ``timeout`` seconds pass; True if it ended."""
         ...
 
+    def wake(self) -> None:
+        """End the wait now, as an end would (the waiting client hung up, say)."""
+        ...
+
 
 class Notifier(Protocol):
     def subscribe(self, *action_ids: int) -> contextlib.AbstractContextManager[Subscription]:
@@ -52,6 +56,9 @@ class _EventSubscription:
 
     def wait(self, timeout: float) -> bool:
         return self.event.wait(timeout)
+
+    def wake(self) -> None:
+        self.event.set()
 
 
 class InProcessNotifier:
@@ -106,6 +113,9 @@ class _ListenerSubscription:
             # database, instead of sleeping through a wake-up nobody would deliver.
             timeout = min(timeout, LISTENER_DOWN_POLL_S)
         return self.local.wait(timeout)
+
+    def wake(self) -> None:
+        self.local.wake()
 
 
 class RedisNotifier:

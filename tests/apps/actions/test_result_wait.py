@@ -12,6 +12,7 @@ from django.db import connection
 
 from apps.actions import notify, services
 from apps.actions.models import ActionStatus
+from controlplane.http_bridge import HANGUP_KEY, Hangup
 from tests.apps.helpers import error_fields
 from tests.factories import ActionFactory
 
@@ -157,3 +158,48 @@ def test_await_many_validates(job_actor, other_actor):
     for payload, field in (({"ids": []}, "ids"), ({"ids": [own.pk], "wait": 99}, "wait")):
         bad = job_actor.client.post(url, payload, format="json")
         assert bad.status_code == 400 and field in error_fields(bad)
+
+
+# --- a client that hangs up frees its long-poll at once ----------------------------------------
+
+
+def _hang_up_after(hangup: Hangup, seconds: float) -> threading.Timer:
+    # The bridge fires it from the event loop when the server reports http.disconnect.
+    timer = threading.Timer(seconds, hangup.fire)
+    timer.start()
+    return timer
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("endpoint", ["result", "submit", "await"])
+def test_a_long_poll_ends_when_its_client_hangs_up(job_actor, endpoint):
+    action = ActionFactory.create(job=job_actor.job)
+    hangup = Hangup()
+    timer = _hang_up_after(hangup, 0.2)
+    started = time.monotonic()
+    client, meta = job_actor.client, {HANGUP_KEY: hangup}
+    if endpoint == "result":
+        response = client.get(f"/api/v1/actions/{action.pk}/result/", {"wait": "20"}, **meta)
+    elif endpoint == "submit":
+        body = {"demand": {"cpu": {"min": 1, "max": 1}}}
+        response = client.post("/api/v1/actions/?wait=20", body, format="json", **meta)
+    else:
+        response = client.post("/api/v1/actions/await/", {"ids": [action.pk], "wait": 20},
+                               format="json", **meta)  # fmt: skip
+    elapsed = time.monotonic() - started
+    timer.join()
+    assert response.status_code in (200, 201, 202), response.json()
+    assert 0.2 <= elapsed < 5, f"the long-poll outlived its client by {elapsed - 0.2:.1f} s"
+    assert notify.get_notifier().waiter_count() == 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.django_db
+def test_a_client_that_hung_up_before_the_wait_does_not_wait(job_actor):
+    action = ActionFactory.create(job=job_actor.job)
+    hangup = Hangup()
+    hangup.fire()
+    started = time.monotonic()
+    response = job_actor.client.get(
+        f"/api/v1/actions/{action.pk}/result/", {"wait": "20"}, **{HANGUP_KEY: hangup}
+    )
+    assert response.status_code == 202 and time.monotonic() - started < 5
