@@ -274,7 +274,6 @@ class ActionListSubmitApi(CursorListView):
             submitted = with_catalog(attempt)
             action = submitted.action
             if subscriptions and not action.is_terminal:
-                release_connection()
                 wait_until_ended(request, subscriptions[-1], wait)
                 reread_progress(action)
             if submitted.created:
@@ -394,7 +393,6 @@ class ActionResultApi(APIView):
             with get_notifier().subscribe(action_id) as subscription:
                 action = selectors.action_result_get(principal=principal, action_id=action_id)
                 if not action.is_terminal:
-                    release_connection()
                     wait_until_ended(request, subscription, wait)
                     reread_progress(action)
         else:
@@ -404,8 +402,10 @@ class ActionResultApi(APIView):
 
 
 def wait_until_ended(request: Request, subscription: Subscription, seconds: float) -> None:
-    """A long-poll's wait: until an end is published, ``seconds`` pass, or the client hangs up
-    (``controlplane.http_bridge.Hangup``: its thread is free at once; the answer is dropped)."""
+    """A long-poll's wait, holding no database connection: until an end is published,
+    ``seconds`` pass, or the client hangs up (``controlplane.http_bridge.Hangup``: its thread
+    is free at once; the answer is dropped)."""
+    release_connection()
     hangup = request.META.get(HANGUP_KEY)
     if isinstance(hangup, Hangup):
         hangup.on_hangup(subscription.wake)
@@ -466,7 +466,6 @@ class ActionAwaitApi(APIView):
             with get_notifier().subscribe(*ids) as subscription:
                 ended = list(visible.filter(status__in=TERMINAL_STATUSES))
                 if not ended:
-                    release_connection()
                     wait_until_ended(request, subscription, wait)
                     ended = list(visible.filter(status__in=TERMINAL_STATUSES))
         ended_ids = {action.pk for action in ended}

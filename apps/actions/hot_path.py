@@ -77,6 +77,7 @@ def refresh_progress(action: Action) -> None:
         action.node = Node.from_db(connection.alias, ["id", "name"], [node_id, node_name])
 
 
+# Built once per process; keyed by the backend's vendor (the quoting and converters depend on it).
 @functools.cache
 def _insert_statement(vendor: str) -> tuple[list[Field[Any, Any]], str]:
     meta = Action._meta

@@ -11,9 +11,8 @@ from django.conf import settings
 from django.db import connection
 
 from apps.actions import notify, services
-from apps.actions.models import ActionStatus
 from controlplane.http_bridge import HANGUP_KEY, Hangup
-from tests.apps.helpers import error_fields
+from tests.apps.helpers import error_fields, run_to_success
 from tests.factories import ActionFactory
 
 
@@ -52,11 +51,7 @@ def _finish_soon(action_id: int, delay: float) -> threading.Thread:
     def run() -> None:
         try:
             time.sleep(delay)
-            services.action_mark_scheduled(action_id=action_id, allocation={"cores": [0]})
-            services.action_mark_running(action_id=action_id)
-            services.action_finish(
-                action_id=action_id, status=ActionStatus.SUCCEEDED, exit_code=0, score=0.75
-            )
+            run_to_success(action_id, score=0.75)
         finally:
             connection.close()
 

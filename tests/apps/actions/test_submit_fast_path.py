@@ -20,7 +20,7 @@ from apps.actions.apis import ActionOutputSerializer, ActionResultSerializer
 from apps.actions.models import Action, ActionStatus
 from apps.jobs.models import ApiKey
 from apps.resources.models import ResourcePool, Tool
-from tests.apps.helpers import error_fields
+from tests.apps.helpers import error_fields, run_to_success
 from tests.conftest import Actor
 from tests.factories import (
     ActionFactory,
@@ -41,15 +41,7 @@ def submit(actor: Actor, payload: dict[str, Any], wait: str | None = None) -> An
 
 
 def _finish(action_id: int) -> None:
-    services.action_mark_scheduled(action_id=action_id, allocation={"cores": [0]})
-    services.action_mark_running(action_id=action_id)
-    services.action_finish(
-        action_id=action_id,
-        status=ActionStatus.SUCCEEDED,
-        exit_code=0,
-        output="done",
-        score=0.5,
-    )
+    run_to_success(action_id, output="done", score=0.5)
 
 
 def _finish_when_submitted(job_id: int, delay: float) -> threading.Thread:

@@ -59,22 +59,28 @@ async def transport(request: pytest.FixtureRequest, names: StreamNames) -> Async
         await memory.close()
 
 
+def local_agent(
+    transport: Transport, names: StreamNames, tmp_path: Path, node: str = NODE_A, **extra: Any
+) -> CpuAgent:
+    """A CPU agent on the local backend (no cgroups) of pool ``cpu-pool``, fast settings."""
+    return CpuAgent(
+        transport=transport,
+        node_id=node,
+        pool="cpu-pool",
+        backend=LocalBackend(node_id=node, work_root=tmp_path, cgroups=None),
+        streams=names,
+        settings=FAST,
+        **extra,
+    )
+
+
 @pytest.fixture
 async def running_agent(
     transport: Transport, names: StreamNames, tmp_path: Path
 ) -> AsyncIterator[tuple[CpuAgent, SchedulerStandIn]]:
     scheduler = SchedulerStandIn(transport, names, "cpu-pool")
     await scheduler.start()
-    backend = LocalBackend(node_id=NODE_A, work_root=tmp_path, cgroups=None)
-    agent = CpuAgent(
-        transport=transport,
-        node_id=NODE_A,
-        pool="cpu-pool",
-        backend=backend,
-        streams=names,
-        settings=FAST,
-        memory_mb=2048,
-    )
+    agent = local_agent(transport, names, tmp_path, memory_mb=2048)
     await agent.start()
     yield agent, scheduler
     await bounded(agent.stop(), "agent.stop()")
@@ -194,14 +200,7 @@ async def test_stop_ends_running_actions_as_agent_lost(names: StreamNames, tmp_p
     transport = InProcessTransport()
     scheduler = SchedulerStandIn(transport, names, "cpu-pool")
     await scheduler.start()
-    agent = CpuAgent(
-        transport=transport,
-        node_id=NODE_B,
-        pool="cpu-pool",
-        backend=LocalBackend(node_id=NODE_B, work_root=tmp_path, cgroups=None),
-        streams=names,
-        settings=FAST,
-    )
+    agent = local_agent(transport, names, tmp_path, NODE_B)
     await agent.start()
     await scheduler.send(NODE_B, _dispatch("long", "sleep 30"))
     await wait_until(lambda: bool(agent.running_keys))
@@ -256,16 +255,9 @@ class _CallOrder(InProcessTransport):
             )
         return deliveries
 
-    async def publish_and_ack(
-        self,
-        stream: str,
-        messages: Sequence[Message],
-        ack_stream: str,
-        group: str,
-        entry_ids: Sequence[str],
-    ) -> None:
+    async def publish_many(self, stream: str, messages: Sequence[Message]) -> list[str]:
         self.calls.extend(f"result {m.action_id}" for m in messages if isinstance(m, ActionResult))
-        await super().publish_and_ack(stream, messages, ack_stream, group, entry_ids)
+        return await super().publish_many(stream, messages)
 
 
 async def test_a_noop_result_is_sent_before_the_next_blocking_read(
@@ -276,15 +268,7 @@ async def test_a_noop_result_is_sent_before_the_next_blocking_read(
     transport = _CallOrder(names.dispatch(NODE_A))
     scheduler = SchedulerStandIn(transport, names, "cpu-pool")
     await scheduler.start()
-    agent = CpuAgent(
-        transport=transport,
-        node_id=NODE_A,
-        pool="cpu-pool",
-        backend=LocalBackend(node_id=NODE_A, work_root=tmp_path, cgroups=None),
-        streams=names,
-        settings=FAST,
-        memory_mb=2048,
-    )
+    agent = local_agent(transport, names, tmp_path)
     await agent.start()
     try:
         await scheduler.send(NODE_A, Dispatch(action_id="n1", attempt=1, job_id="j", kind="noop"))

@@ -90,10 +90,7 @@ async def fresh(tmp_path: Path) -> AsyncIterator[Running]:
     try:
         yield running
     finally:
-        running.stop.set()
-        await running.agent.stop()
-        if running.task is not None and not running.task.done():
-            await asyncio.wait_for(running.task, 10)
+        await running.close()
 
 
 @pytest.fixture

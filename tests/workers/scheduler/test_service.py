@@ -68,6 +68,13 @@ class Harness:
         await asyncio.wait_for(self.service.started.wait(), 10)
         return self.service
 
+    async def close(self) -> None:
+        """Stop the service and the agent (a fixture's teardown)."""
+        self.stop.set()
+        await self.agent.stop()
+        if self.task is not None and not self.task.done():
+            await asyncio.wait_for(self.task, 10)
+
     async def crash_service(self) -> None:
         """Like kill -9: the task dies where it is, nothing is flushed or acknowledged."""
         assert self.task is not None
@@ -95,10 +102,7 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     try:
         yield running
     finally:
-        running.stop.set()
-        await running.agent.stop()
-        if running.task is not None and not running.task.done():
-            await asyncio.wait_for(running.task, 10)
+        await running.close()
 
 
 async def test_restart_redispatches_without_running_twice(harness: Harness, tmp_path: Path) -> None:
