@@ -28,16 +28,21 @@ Modes:
   ``GET /actions/{id}/result/?wait=30`` on that connection; ``sdk_run@1`` — ``AsyncClient.run``
   (the one-request form through the SDK, httpx); ``single@1`` — the SDK's ``submit()`` then
   ``result()``, with ``single@1_legs`` saying where its time went.
-- ``single@c``: ``c`` concurrent SDK clients, each ``submit()`` then ``result()``.
+- ``single@c_uncoalesced`` / ``single@c_coalesced``: ``c`` concurrent trajectories sharing one
+  ``AsyncClient``, each ``submit()`` then ``result()``: one request per call (the baseline) vs the
+  SDK's default, concurrent calls coalesced into batched requests (``sdk/loom/coalesce.py``).
+  Each also reports its requests per action and its actions/s.
 - ``batch@k``: ``submit_batch()`` of ``k`` actions, then ``as_completed()`` (one long-poll for all).
   Per-action overhead of a batch = (batch wall time − execution) / k, i.e. the amortised cost; the
   latency of each action in the batch (submit start → its result) is reported too. The 100 and
   1 000 in flight of the issue are measured here.
 
-Single submissions at 100 and 1 000 in flight: each waiting long-poll holds one of the web
-tier's ``LOOM_WEB_THREADS`` (64) request threads (not a database connection) until its action
-ends; beyond that requests queue for a thread, so these measure queueing more than overhead —
-many waiters use ``as_completed`` (the ``batch`` modes) instead.
+Single submissions at 100 and 1 000 in flight, uncoalesced: each waiting long-poll holds one of
+the web tier's ``LOOM_WEB_THREADS`` (64) request threads (not a database connection) until its
+action ends, and every call is a whole web request; beyond that requests queue for a thread, so
+these measure queueing more than overhead. Coalesced, the same calls become a few batched
+submits and shared ``await`` long-polls — what the ``batch`` modes measure, reached without the
+caller batching anything itself.
 - ``throughput``: ``N`` actions inserted through the actions service, then announced to the
   scheduler in chunks of 1 000 as the API does; time until all are terminal in PostgreSQL.
 """
@@ -187,11 +192,15 @@ async def single_mode(
     legs: dict[str, list[float]] | None = None,
     *,
     one_request: bool = False,
+    coalesce: bool = True,
+    requests: list[int] | None = None,
 ) -> list[float]:
-    """``concurrency`` clients each submit one action and wait for it, ``total`` in all.
+    """``concurrency`` clients each submit one action and wait for it, ``total`` in all, through
+    one ``AsyncClient`` (concurrent calls coalesced unless ``coalesce`` is False).
 
     ``legs`` (optional) collects where the time went: the submit request, submitted →
-    scheduled and scheduled → started (server clocks), and the result request.
+    scheduled and scheduled → started (server clocks), and the result request. ``requests``
+    (optional) gets the number of HTTP requests sent.
     """
     import httpx
     from loom import AsyncClient
@@ -202,7 +211,15 @@ async def single_mode(
     for index in range(total):
         queue.put_nowait(index)
     transport = httpx.AsyncHTTPTransport(limits=limits)
-    async with AsyncClient(url, key, timeout_s=120.0, transport=transport) as client:
+    sent = [0]
+
+    async def count(request: httpx.Request) -> None:
+        sent[0] += 1
+
+    async with AsyncClient(
+        url, key, timeout_s=120.0, transport=transport, coalesce=coalesce
+    ) as client:
+        client._http.event_hooks["request"].append(count)
 
         async def worker() -> None:
             while not queue.empty():
@@ -225,6 +242,8 @@ async def single_mode(
                     legs["scheduled_to_started"].append(done.timings.overhead_s or 0.0)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
+    if requests is not None:
+        requests.append(sent[0])
     return overheads
 
 
@@ -405,9 +424,23 @@ def measure(sizes: dict[str, Any]) -> dict[str, Any]:
             for name, samples in rest.items():
                 results[name] = _summary(samples)
             results["single@1_legs"] = {k: _summary(v) for k, v in legs.items()}
+            # Many clients at once through one AsyncClient: one request per call (the baseline)
+            # vs the SDK's default, concurrent calls coalesced into batched requests.
             for concurrency, total in sizes["single"]:
-                samples = asyncio.run(single_mode(url, seeded["key"], concurrency, total))
-                results[f"single@{concurrency}"] = _summary(samples)
+                for coalesce, name in ((False, "uncoalesced"), (True, "coalesced")):
+                    sent: list[int] = []
+                    started = time.perf_counter()
+                    samples = asyncio.run(
+                        single_mode(
+                            url, seeded["key"], concurrency, total, coalesce=coalesce,
+                            requests=sent,
+                        )
+                    )  # fmt: skip
+                    elapsed = time.perf_counter() - started
+                    results[f"single@{concurrency}_{name}"] = _summary(samples) | {
+                        "requests_per_action": sent[0] / total,
+                        "actions_per_s": total / elapsed,
+                    }
             for size, batches in sizes["batch"]:
                 measured = asyncio.run(batch_mode(url, seeded["key"], size, batches))
                 results[f"batch@{size}"] = {

@@ -307,11 +307,25 @@ class ActionBatchApi(APIView):
                     ),
                 },
             ),
-            help_text="one entry per submitted item, in order",
+            help_text="one entry per submitted item, in order (`representation=full`: each the "
+            "whole action plus `created`)",
         )
 
-    @extend_schema(request=InputSerializer, responses={201: OutputSerializer})
+    class QuerySerializer(serializers.Serializer):
+        representation = serializers.ChoiceField(
+            choices=["summary", "full"],
+            default="summary",
+            help_text="full: each item is the whole action, as POST /actions/ answers, plus "
+            "`created` (the SDK's coalesced submits use it)",
+        )
+
+    @extend_schema(
+        parameters=[QuerySerializer], request=InputSerializer, responses={201: OutputSerializer}
+    )
     def post(self, request: Request) -> Response:
+        query = self.QuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        full = query.validated_data["representation"] == "full"
         limit = settings.LOOM_MAX_BATCH
         items = request.data.get("items") if isinstance(request.data, dict) else None
         if isinstance(items, list) and len(items) > limit:
@@ -328,21 +342,43 @@ class ActionBatchApi(APIView):
             return job, services.action_submit_batch(job=job, specs=specs)
 
         job, submitted = with_catalog(attempt)
+        items = _full_items(submitted) if full else _summary_items(job, submitted)
         body = {
             "count": len(submitted),
             "created": sum(1 for entry in submitted if entry.created),
-            "items": [
-                {
-                    "id": entry.action.pk,
-                    "job": job.pk,
-                    "status": entry.action.status,
-                    "idempotency_key": entry.action.idempotency_key,
-                    "created": entry.created,
-                }
-                for entry in submitted
-            ],
+            "items": items,
         }
         return Response(body, status=status.HTTP_201_CREATED)
+
+
+def _summary_items(job: Job, submitted: list[services.Submitted]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": entry.action.pk,
+            "job": job.pk,
+            "status": entry.action.status,
+            "idempotency_key": entry.action.idempotency_key,
+            "created": entry.created,
+        }
+        for entry in submitted
+    ]
+
+
+def _full_items(submitted: list[services.Submitted]) -> list[dict[str, Any]]:
+    """Each action as ``POST /actions/`` renders it, plus ``created``. New actions take their
+    names from the catalog; an idempotency key's existing actions are read with theirs."""
+    catalog = selectors.submit_catalog()
+    existing_ids = {entry.action.pk for entry in submitted if not entry.created}
+    existing = Action.objects.select_related("tool", "service", "pool", "node").in_bulk(
+        existing_ids
+    )
+    items = []
+    for entry in submitted:
+        action = entry.action if entry.created else existing.get(entry.action.pk, entry.action)
+        if entry.created:
+            prime_names(action, catalog)
+        items.append(ActionOutputSerializer.render(action) | {"created": entry.created})
+    return items
 
 
 class ActionDetailApi(APIView):

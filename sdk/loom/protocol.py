@@ -92,8 +92,10 @@ def submit_request(body: dict[str, Any], wait_s: float = 0.0) -> Request:
     return Request("POST", f"{API_PREFIX}/actions/", json=body, params=params)
 
 
-def submit_batch_request(items: list[dict[str, Any]]) -> Request:
-    return Request("POST", f"{API_PREFIX}/actions/batch/", json={"items": items})
+def submit_batch_request(items: list[dict[str, Any]], representation: str = "summary") -> Request:
+    """``representation="full"``: each item answered as a single submit is (the whole action)."""
+    params = {"representation": representation} if representation != "summary" else None
+    return Request("POST", f"{API_PREFIX}/actions/batch/", json={"items": items}, params=params)
 
 
 def get_request(action_id: int) -> Request:

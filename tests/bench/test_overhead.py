@@ -26,7 +26,10 @@ def test_every_mode_measures_noop_round_trips() -> None:
     assert result["celery"]["n"] == 5 and result["celery"]["p50_ms"] > 0
     for form in ("rest_run@1", "rest_two@1", "sdk_run@1", "single@1"):
         assert result[form]["n"] == 5 and result[form]["p50_ms"] > 0, form
-    assert result["single@2"]["n"] == 4
+    for name in ("single@2_uncoalesced", "single@2_coalesced"):
+        assert result[name]["n"] == 4 and result[name]["actions_per_s"] > 0, name
+    # One request per call vs shared ones: 2 per action (submit, result) only when uncoalesced.
+    assert result["single@2_uncoalesced"]["requests_per_action"] == 2
     floor = result["web_floor_healthz"]
     assert floor["bridge"]["n"] == 10 and floor["django_asgi_handler"]["n"] == 10
     assert set(result["single@1_legs"]) == {

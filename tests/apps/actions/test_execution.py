@@ -1,51 +1,24 @@
 """Actions run for real: API → scheduler service → local CPU agent → result, in one process.
 
 The embedded runtime (the demo's process tree) with the in-process transport, the real Django
-store and a real local-backend agent executing shell commands on this machine's cores.
+store and a real local-backend agent executing shell commands on this machine's cores
+(the ``loom`` fixture, ``conftest.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from loom import AsyncClient
 
 from apps.actions.models import Action
-from apps.actions.runtime import EmbeddedRuntime
-from apps.resources.models import PoolKind
-from controlplane.asgi import application
-from tests.factories import JobFactory, PoolFactory, ToolFactory, make_key
 from workers.transport.messages import DEFAULT_OUTPUT_CAP_BYTES
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
-
-
-@pytest.fixture
-async def loom(tmp_path: Path) -> AsyncIterator[tuple[AsyncClient, EmbeddedRuntime]]:
-    def set_up() -> str:
-        pool = PoolFactory.create(name="cpu", kind=PoolKind.CPU)
-        # Created before the runtime starts: on SQLite (in-memory, shared cache) a write racing
-        # the runtime's store threads fails with "database table is locked".
-        ToolFactory.create(name="suite", command_template="echo dop={dop}", pool=pool)
-        return make_key(job=JobFactory.create())[1]
-
-    raw_key = await asyncio.to_thread(set_up)
-    runtime = EmbeddedRuntime(work_root=tmp_path, cores=[0, 1])
-    await runtime.start()
-    client = AsyncClient(
-        "http://testserver", raw_key, transport=httpx.ASGITransport(app=application)
-    )
-    try:
-        yield client, runtime
-    finally:
-        await client.close()
-        await runtime.stop()
 
 
 async def test_submitted_actions_run_and_report_act(loom: Any) -> None:

@@ -288,3 +288,33 @@ def test_staff_batch_needs_a_visible_job(staff_actor):
 def test_staff_may_name_the_job_as_a_string_number(staff_actor, job_actor):
     response = submit(staff_actor, {"demand": {"cpu": 1}, "job": str(job_actor.job.pk)})
     assert response.status_code == 201 and response.json()["job"] == job_actor.job.pk
+
+
+def test_batch_full_representation_is_what_a_single_submit_answers(job_actor):
+    ToolFactory.create(name="sandbox")
+    url = "/api/v1/actions/batch/?representation=full"
+    before = submit(job_actor, {"tool": "sandbox", "idempotency_key": "old"}).json()
+    items = [
+        {"tool": "sandbox", "command": "echo 1", "idempotency_key": "new"},
+        {"tool": "sandbox", "idempotency_key": "old"},
+        {"demand": {"cpu": 1}},
+    ]
+    body = submit(job_actor, {"items": items}, url=url).json()
+    assert body["count"] == 3 and body["created"] == 2
+    created, hit, plain = body["items"]
+    assert created["created"] is True and hit["created"] is False
+    assert hit == before | {"created": False}
+    single = submit(job_actor, {"tool": "sandbox", "command": "echo 1", "idempotency_key": "x"})
+    expected_keys = set(single.json()) | {"created"}
+    assert set(created) == expected_keys and set(plain) == expected_keys
+    assert created["tool"] == "sandbox" and created["pool"] == single.json()["pool"]
+    assert created["command"] == "echo 1" and created["status"] == "queued"
+    assert created["submitted_at"] and created["idempotency_key"] == "new"
+
+
+def test_batch_representation_is_validated(job_actor):
+    url = "/api/v1/actions/batch/?representation=everything"
+    response = submit(job_actor, {"items": [{"demand": {"cpu": 1}}]}, url=url)
+    assert response.status_code == 400
+    assert "representation" in error_fields(response)
+    assert Action.objects.count() == 0

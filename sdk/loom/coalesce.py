@@ -1,0 +1,220 @@
+"""Request coalescing for ``AsyncClient``: concurrent single calls share batched requests.
+
+A trainer runs its trajectories as coroutines; each submits its tool calls one at a time and
+awaits them. One HTTP request per ``submit()`` and per ``result()`` costs the control plane a
+whole web request each (``bench overhead``: ~70 actions/s through one web process that way),
+where the batched forms cost a fraction per action. Coalescing turns concurrent single calls into
+the batched forms without changing what any caller sees — its own ``Action``, its own error, its
+own timeout:
+
+- ``submit()``: group commit. A submit made while no submit request is in flight goes out at
+  once, alone (no added latency at rest); those made while one is in flight wait for it, then go
+  out together as one ``POST /actions/batch/?representation=full``. A batch the server rejects
+  (validation is all-or-nothing) is re-sent item by item, so each caller gets its own answer;
+  every item carries its idempotency key, so nothing is stored twice.
+- ``result()``: the ids awaited in one event-loop turn share one ``POST /actions/await/``
+  long-poll. When it answers, its ended actions go to their callers and its other ids join the
+  next long-poll with the newly awaited ones. At most ``max_polls`` long-polls are in flight: a new
+  one beyond that absorbs the oldest (which is abandoned; the server frees its thread on the
+  hang-up), so a new id never waits behind long-running ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from loom.errors import ApiError, AuthenticationError, TransientError
+from loom.types import Action
+
+SendOne = Callable[[dict[str, Any]], Awaitable[Action]]
+SendBatch = Callable[[list[dict[str, Any]]], Awaitable[list[Action]]]
+SendAwait = Callable[[list[int], float], Awaitable[list[Action]]]  # ids, wait → the ended
+
+MAX_BATCH = 1000  # items per coalesced submit (the server's LOOM_MAX_BATCH defaults to 10 000)
+MAX_POLLS = 4
+
+
+class SubmitCoalescer:
+    """``submit(body)`` through at most one submit request in flight at a time."""
+
+    def __init__(self, send_one: SendOne, send_batch: SendBatch, max_batch: int = MAX_BATCH):
+        self._send_one = send_one
+        self._send_batch = send_batch
+        self._max_batch = max_batch
+        self._queue: list[tuple[dict[str, Any], asyncio.Future[Action]]] = []
+        self._sender: asyncio.Task[None] | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._sender is not None
+
+    async def submit(self, body: dict[str, Any]) -> Action:
+        future: asyncio.Future[Action] = asyncio.get_running_loop().create_future()
+        self._queue.append((body, future))
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send_queued())
+        return await future
+
+    async def _send_queued(self) -> None:
+        try:
+            while self._queue:
+                batch = self._queue[: self._max_batch]
+                del self._queue[: self._max_batch]
+                await self._send(batch)
+        finally:
+            self._sender = None
+
+    async def _send(self, batch: list[tuple[dict[str, Any], asyncio.Future[Action]]]) -> None:
+        if len(batch) == 1:
+            await _settle(batch[0][1], self._send_one(batch[0][0]))
+            return
+        try:
+            actions = await self._send_batch([body for body, _ in batch])
+        except ApiError as exc:
+            if isinstance(exc, AuthenticationError) or exc.status_code >= 500:
+                _fail_all([f for _, f in batch], exc)
+                return
+            # Rejected as a whole (one bad item fails the batch): each on its own, concurrently.
+            await asyncio.gather(*(_settle(f, self._send_one(body)) for body, f in batch))
+            return
+        except Exception as exc:
+            _fail_all([f for _, f in batch], exc)
+            return
+        for (_, future), action in zip(batch, actions, strict=True):
+            if not future.done():
+                future.set_result(action)
+
+
+class ResultCoalescer:
+    """``result(id)`` through shared ``await`` long-polls (see the module's docstring)."""
+
+    def __init__(self, send_await: SendAwait, wait_s: float, max_polls: int = MAX_POLLS):
+        self._send_await = send_await
+        self._wait_s = wait_s
+        self._max_polls = max_polls
+        self._waiters: dict[int, list[asyncio.Future[Action]]] = {}
+        self._unsent: dict[int, None] = {}  # ids awaited but in no long-poll yet, in order
+        self._polls: dict[asyncio.Task[None], dict[int, None]] = {}  # in flight, oldest first
+        self._checks: set[asyncio.Task[None]] = set()  # ids looked at one by one after a refusal
+        self._flush_scheduled = False
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._waiters)
+
+    async def result(self, action_id: int) -> Action:
+        """The action once it has ended; the caller bounds the wait (``asyncio.wait_for``)."""
+        future: asyncio.Future[Action] = asyncio.get_running_loop().create_future()
+        waiters = self._waiters.setdefault(action_id, [])
+        waiters.append(future)
+        if len(waiters) == 1 and not any(action_id in ids for ids in self._polls.values()):
+            self._unsent[action_id] = None
+            self._schedule_flush()
+        try:
+            return await future
+        finally:
+            waiters.remove(future)
+            if not waiters and self._waiters.get(action_id) is waiters:
+                del self._waiters[action_id]  # a poll that carries it drops it when it answers
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        ids = [i for i in self._unsent if i in self._waiters]
+        self._unsent.clear()
+        if not ids:
+            return
+        if len(self._polls) >= self._max_polls:
+            oldest = next(iter(self._polls))
+            absorbed = self._polls.pop(oldest)
+            oldest.cancel()
+            ids = list(dict.fromkeys([*absorbed, *ids]))
+        task = asyncio.create_task(self._poll(ids))
+        self._polls[task] = dict.fromkeys(ids)
+
+    async def _poll(self, ids: list[int]) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            ended = await self._send_await(ids, self._wait_s)
+        except asyncio.CancelledError:
+            raise  # absorbed by a newer poll, which carries its ids now
+        except ApiError as exc:
+            self._polls.pop(task, None)
+            if isinstance(exc, AuthenticationError) or exc.status_code >= 500:
+                self._fail(ids, exc)
+            else:
+                # One id the server refuses (deleted, another job's) fails the whole poll: look
+                # at each on its own, so only its own caller sees the error.
+                self._checks.add(asyncio.create_task(self._check_each(ids)))
+            return
+        except Exception as exc:
+            self._polls.pop(task, None)
+            self._fail(ids, exc)
+            return
+        self._polls.pop(task, None)
+        self._settle(ids, ended)
+
+    def _settle(self, ids: Sequence[int], ended: Sequence[Action]) -> None:
+        """Hand ended actions to their callers; the other ids go into the next poll."""
+        for action in ended:
+            for future in self._waiters.get(action.id, ()):
+                if not future.done():
+                    future.set_result(action)
+        done = {action.id for action in ended}
+        still = [i for i in ids if i not in done and i in self._waiters]
+        if still:
+            for action_id in still:
+                self._unsent[action_id] = None
+            self._schedule_flush()
+
+    async def _check_each(self, ids: Sequence[int]) -> None:
+        async def check(action_id: int) -> None:
+            try:
+                ended = await self._send_await([action_id], 0)
+            except Exception as exc:
+                self._fail([action_id], exc)
+            else:
+                self._settle([action_id], ended)
+
+        try:
+            await asyncio.gather(*(check(i) for i in ids if i in self._waiters))
+        finally:
+            self._checks.discard(asyncio.current_task())
+
+    def _fail(self, ids: Sequence[int], exc: BaseException) -> None:
+        _fail_all([f for i in ids for f in self._waiters.get(i, ())], exc)
+
+    async def close(self) -> None:
+        polls = [*self._polls, *self._checks]
+        self._polls.clear()
+        for task in polls:
+            task.cancel()
+        for task in polls:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._fail(list(self._waiters), TransientError("the client was closed"))
+
+
+async def _settle(future: asyncio.Future[Action], call: Awaitable[Action]) -> None:
+    try:
+        action = await call
+    except Exception as exc:
+        if not future.done():
+            future.set_exception(exc)
+    else:
+        if not future.done():
+            future.set_result(action)
+
+
+def _fail_all(futures: Sequence[asyncio.Future[Action]], exc: BaseException) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(exc)

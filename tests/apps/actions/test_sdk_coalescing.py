@@ -1,0 +1,234 @@
+"""``AsyncClient`` coalesces concurrent calls (``sdk/loom/coalesce.py``) without changing what
+any caller sees: its own action, error and timeout.
+
+The first tests run the real stack (the ``loom`` fixture: API, scheduler service, a local agent
+running shell commands); the last ones script the requests to pin down the coalescers' order of
+events (which calls share a request, what a refusal or a new id does to a long-poll in flight).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import httpx
+import pytest
+from loom import ApiError, NotFoundError, ResultTimeout
+from loom.coalesce import ResultCoalescer, SubmitCoalescer
+from loom.types import Action
+
+from apps.actions.models import Action as ActionRow
+
+pytestmark = pytest.mark.timeout(120)
+real_stack = pytest.mark.django_db(transaction=True)
+
+
+def record_requests(client: Any) -> list[httpx.Request]:
+    requests: list[httpx.Request] = []
+
+    async def record(request: httpx.Request) -> None:
+        requests.append(request)
+
+    client._http.event_hooks["request"].append(record)
+    return requests
+
+
+def endpoint(request: httpx.Request) -> str:
+    path = request.url.path.removeprefix("/api/v1/actions/")
+    return f"{request.method} {'{id}/result/' if path.endswith('/result/') else path}"
+
+
+@real_stack
+async def test_concurrent_calls_share_requests_and_each_gets_its_own_result(loom: Any) -> None:
+    client, _ = loom
+    requests = record_requests(client)
+
+    async def trajectory(index: int) -> tuple[int, Action]:
+        action = await client.submit(command=f"echo call-{index}", demand={"cpu": 1})
+        return index, await client.result(action.id, timeout=60)
+
+    ended = await asyncio.gather(*(trajectory(i) for i in range(40)))
+    for index, action in ended:
+        assert (action.status, action.output.strip()) == ("succeeded", f"call-{index}")
+    assert len({action.id for _, action in ended}) == 40
+    assert await asyncio.to_thread(ActionRow.objects.count) == 40
+    kinds = Counter(endpoint(r) for r in requests)
+    # Made in one turn, the 40 submits go out as one batch. The first result() finds nothing
+    # else in flight and long-polls alone; the others share await polls, each answering as soon
+    # as one of its actions ends (2 cores: they end a few at a time).
+    assert kinds["POST "] + kinds["POST batch/"] <= 2 and kinds["POST batch/"] == 1, kinds
+    assert kinds["GET {id}/result/"] <= 1 and kinds["POST await/"] <= 40, kinds
+    batch = next(r for r in requests if r.url.path.endswith("/batch/"))
+    assert batch.url.params["representation"] == "full"
+
+
+@real_stack
+async def test_concurrent_runs_end_like_lone_ones(loom: Any) -> None:
+    client, _ = loom
+    alone = await client.run(command="echo alone", demand={"cpu": 1}, timeout=60)
+    together = await asyncio.gather(
+        *(client.run(command=f"echo run-{i}", demand={"cpu": 1}, timeout=60) for i in range(12))
+    )
+    assert [a.output.strip() for a in together] == [f"run-{i}" for i in range(12)]
+    assert all(a.done and a.timings.act_s is not None for a in together)
+    # A coalesced submit answers with the same fields as a lone one.
+    assert set(together[0].raw) >= set(alone.raw) - {"created"}
+
+
+@real_stack
+async def test_a_bad_submit_among_coalesced_ones_fails_alone(loom: Any) -> None:
+    client, _ = loom
+    calls = [client.submit(command=f"echo {i}", demand={"cpu": 1}) for i in range(8)]
+    calls.insert(5, client.submit(command="echo bad", demand={"cpu": {"min": 3, "max": 2}}))
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    failures = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(failures) == 1 and outcomes[5] is failures[0]
+    assert isinstance(failures[0], ApiError) and failures[0].status_code == 400
+    assert failures[0].errors[0]["field"] == "demand.cpu.min"
+    stored = [o for o in outcomes if o not in failures]
+    assert all(isinstance(o, Action) and o.status == "queued" for o in stored)
+    # The rejected batch stored nothing; re-sent one by one, each good item is stored once.
+    assert await asyncio.to_thread(ActionRow.objects.count) == 8
+
+
+@real_stack
+async def test_an_unknown_id_among_coalesced_results_fails_alone(loom: Any) -> None:
+    client, _ = loom
+    submitted = await asyncio.gather(
+        *(client.submit(command=f"echo {i}", demand={"cpu": 1}) for i in range(5))
+    )
+    waits = [client.result(a.id, timeout=60) for a in submitted]
+    waits.insert(2, client.result(10**12, timeout=60))
+    outcomes = await asyncio.gather(*waits, return_exceptions=True)
+    assert isinstance(outcomes[2], NotFoundError)
+    others = outcomes[:2] + outcomes[3:]
+    assert [a.output.strip() for a in others if isinstance(a, Action)] == [str(i) for i in range(5)]
+
+
+@real_stack
+async def test_each_coalesced_result_keeps_its_own_timeout(loom: Any) -> None:
+    client, _ = loom
+    slow = await client.submit(command="sleep 20", demand={"cpu": 1})
+    quick = await client.submit(command="echo quick", demand={"cpu": 1})
+    started = asyncio.get_running_loop().time()
+    outcomes = await asyncio.gather(
+        client.result(slow.id, timeout=0.5),
+        client.result(quick.id, timeout=60),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[0], ResultTimeout)
+    assert isinstance(outcomes[1], Action) and outcomes[1].output.strip() == "quick"
+    assert asyncio.get_running_loop().time() - started < 15
+    await client.cancel(slow.id)
+
+
+# --- the coalescers' order of events, with scripted requests ---------------------------------
+
+
+def ended(action_id: int) -> Action:
+    return Action.from_api({"id": action_id, "status": "succeeded", "output": f"out-{action_id}"})
+
+
+class ScriptedAwait:
+    """``POST /actions/await/`` as a function: answers once one of its ids is released."""
+
+    def __init__(self, refuse: frozenset[int] = frozenset()) -> None:
+        self.calls: list[tuple[list[int], float]] = []
+        self.cancelled: list[list[int]] = []
+        self.released: set[int] = set()
+        self.changed = asyncio.Event()
+        self.refuse = refuse
+
+    def release(self, *ids: int) -> None:
+        self.released.update(ids)
+        self.changed.set()
+
+    async def __call__(self, ids: list[int], wait_s: float) -> list[Action]:
+        self.calls.append((list(ids), wait_s))
+        if self.refuse & set(ids):
+            raise NotFoundError(404, {"errors": [{"field": "ids[0]", "reason": "no action"}]})
+        try:
+            while not (done := [i for i in ids if i in self.released]) and wait_s > 0:
+                self.changed.clear()
+                await self.changed.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(list(ids))
+            raise
+        return [ended(i) for i in done]
+
+
+async def test_results_awaited_in_one_turn_share_one_poll() -> None:
+    server = ScriptedAwait()
+    results = ResultCoalescer(server, wait_s=30)
+    waits = [asyncio.create_task(results.result(i)) for i in (1, 2, 3)]
+    await asyncio.sleep(0.01)
+    assert server.calls == [([1, 2, 3], 30)]
+    server.release(2)
+    assert (await waits[1]).output == "out-2"
+    await asyncio.sleep(0.01)
+    assert server.calls[1] == ([1, 3], 30)  # the rest, re-polled together
+    server.release(1, 3)
+    assert [(await w).id for w in waits] == [1, 2, 3]
+    assert not results.busy
+
+
+async def test_a_new_id_beyond_the_poll_limit_absorbs_the_oldest_poll() -> None:
+    server = ScriptedAwait()
+    results = ResultCoalescer(server, wait_s=30, max_polls=2)
+    waits = []
+    for action_id in (1, 2, 3):
+        waits.append(asyncio.create_task(results.result(action_id)))
+        await asyncio.sleep(0.01)  # each in its own turn: its own poll, up to the limit
+    assert [ids for ids, _ in server.calls] == [[1], [2], [1, 3]]
+    assert server.cancelled == [[1]]
+    server.release(3)
+    assert (await waits[2]).id == 3
+    server.release(1, 2)
+    assert {(await w).id for w in waits} == {1, 2, 3}
+
+
+async def test_a_refused_id_fails_only_its_own_caller() -> None:
+    server = ScriptedAwait(refuse=frozenset({2}))
+    server.release(1, 3)
+    results = ResultCoalescer(server, wait_s=30)
+    outcomes = await asyncio.gather(*(results.result(i) for i in (1, 2, 3)), return_exceptions=True)
+    assert isinstance(outcomes[1], NotFoundError)
+    assert [o.id for o in outcomes if isinstance(o, Action)] == [1, 3]
+    assert ([1], 0) in server.calls and ([3], 0) in server.calls  # looked at one by one
+
+
+async def test_a_caller_that_gives_up_leaves_the_others_waiting() -> None:
+    server = ScriptedAwait()
+    results = ResultCoalescer(server, wait_s=30)
+    keep = asyncio.create_task(results.result(1))
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(results.result(2), 0.05)
+    server.release(1)
+    assert (await keep).id == 1
+    assert not results.busy  # id 2 was dropped with its last caller
+
+
+async def test_submits_made_during_a_submit_go_out_as_one_batch() -> None:
+    sent: list[Any] = []
+    gate = asyncio.Event()
+
+    async def send_one(body: dict[str, Any]) -> Action:
+        sent.append(body["n"])
+        await gate.wait()
+        return ended(body["n"])
+
+    async def send_batch(bodies: list[dict[str, Any]]) -> list[Action]:
+        sent.append([b["n"] for b in bodies])
+        return [ended(b["n"]) for b in bodies]
+
+    submits = SubmitCoalescer(send_one, send_batch, max_batch=3)
+    first = asyncio.create_task(submits.submit({"n": 0}))
+    await asyncio.sleep(0.01)
+    rest = [asyncio.create_task(submits.submit({"n": n})) for n in range(1, 6)]
+    await asyncio.sleep(0.01)
+    assert sent == [0]  # the rest wait for the request in flight
+    gate.set()
+    assert [(await t).id for t in [first, *rest]] == list(range(6))
+    assert sent == [0, [1, 2, 3], [4, 5]]
+    assert not submits.busy
