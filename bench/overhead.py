@@ -107,7 +107,7 @@ def throughput(job_id: int, count: int, redis: str, prefix: str) -> dict[str, fl
     import redis as redis_lib
 
     from apps.actions.demand import parse_demand
-    from apps.actions.models import TERMINAL_STATUSES, Action
+    from apps.actions.models import ACTIVE_STATUSES, Action
     from apps.actions.services import ActionSpec, action_submit_batch
     from apps.jobs.models import Job
     from apps.resources.models import ResourcePool
@@ -129,7 +129,9 @@ def throughput(job_id: int, count: int, redis: str, prefix: str) -> dict[str, fl
         message = ActionsSubmitted(action_ids=tuple(ids[start : start + 1000]))
         pipe.xadd(stream, {"m": encode_json(message)})
     pipe.execute()
-    remaining = Action.objects.filter(pk__in=ids).exclude(status__in=TERMINAL_STATUSES)
+    # Polled 50 times a second, so it must cost the machine nothing next to what it measures:
+    # the job's still-active actions through its (job, status) index, not a 20 000-id IN list.
+    remaining = Action.objects.filter(job=job, status__in=ACTIVE_STATUSES, pk__gte=ids[0])
     while remaining.exists():
         time.sleep(0.02)
         if time.perf_counter() - started > 300:

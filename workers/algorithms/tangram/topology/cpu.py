@@ -30,6 +30,7 @@ from workers.algorithms.tangram.topology.base import (
 
 CPU = "cpu"
 MEMORY = "memory_mb"
+_CPU_RESOURCES = frozenset({CPU, MEMORY})
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ class CpuTopology(Topology):
 
     @property
     def resource_names(self) -> frozenset[str]:
-        return frozenset({CPU, MEMORY})
+        return _CPU_RESOURCES
 
     def add_node(self, spec: CpuNodeSpec) -> None:
         """A node registered while the pool runs (agents join at any time)."""
