@@ -76,7 +76,7 @@ class Running(Harness):
 
     async def dispatches(self) -> list[Dispatch]:
         """Every Dispatch ever published to the node (read by a group of our own)."""
-        stream = self.streams.dispatch("node-a")
+        stream = self.streams.dispatch(self.node)
         await self.transport.ensure_group(stream, "observer")
         deliveries = await self.transport.read(stream, "observer", "t", count=10_000, block_ms=0)
         found: list[Message] = [d.message for d in deliveries]

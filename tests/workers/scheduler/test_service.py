@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -43,11 +44,14 @@ class Harness:
         self.transport = InProcessTransport()
         self.streams = StreamNames(prefix="svc-test")
         self.store = store
+        # Unique per harness: the local backend's cgroups are named by node and action, and a
+        # leftover sweep of one test must never find another's (pytest -n runs them side by side).
+        self.node = f"node-{uuid.uuid4().hex[:8]}"
         self.agent = CpuAgent(
             transport=self.transport,
-            node_id="node-a",
+            node_id=self.node,
             pool=POOL,
-            backend=LocalBackend(node_id="node-a", work_root=tmp_path / "work"),
+            backend=LocalBackend(node_id=self.node, work_root=tmp_path / "work"),
             cores=CORES,
             streams=self.streams,
             settings=FAST,
@@ -173,11 +177,11 @@ async def test_a_draining_node_finishes_its_work_but_takes_nothing_new(harness: 
     harness.store.records[5] = _record(5, "sleep 0.4; echo first")
     await harness.submit(5)
     await harness.wait_status(5, {"scheduled", "running"})
-    harness.store.draining = {"node-a"}  # an operator drains the only node
+    harness.store.draining = {harness.node}  # an operator drains the only node
     await asyncio.sleep(0.5)  # the service reads drains with its policy, about once a second
     assert harness.service is not None
     for _ in range(40):
-        if harness.service.draining == {"node-a"}:
+        if harness.service.draining == {harness.node}:
             break
         await asyncio.sleep(0.05)
     harness.store.records[6] = _record(6, "echo second")
