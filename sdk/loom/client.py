@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -9,6 +11,8 @@ from typing import Any
 import httpx
 
 from loom import protocol
+from loom.aio import AsyncClient
+from loom.coalesce import LoopThread
 from loom.errors import ResultTimeout, TransientError
 from loom.types import Action
 
@@ -19,6 +23,12 @@ class Client:
     >>> client = Client("http://127.0.0.1:8000", api_key="loom_...")
     >>> action = client.submit(command="pytest -q -n {dop}", demand={"cpu": {"min": 1, "max": 8}})
     >>> client.result(action.id, timeout=600).exit_code
+
+    Safe to share between threads. ``submit()``, ``run()`` and ``result()`` made while another
+    call of this client is in flight run as ``AsyncClient`` calls on a loop thread of the
+    client's own, where concurrent calls coalesce into batched requests (``loom.coalesce``); a
+    call made alone is its own request, as always. ``coalesce=False``, or a custom
+    ``transport`` (it serves this client's own requests only): one request per call.
     """
 
     def __init__(
@@ -29,6 +39,7 @@ class Client:
         timeout_s: float = 60.0,
         retry: protocol.RetryPolicy | None = None,
         transport: httpx.BaseTransport | None = None,
+        coalesce: bool = True,
     ) -> None:
         self._retry = retry or protocol.RetryPolicy()
         self._http = httpx.Client(
@@ -37,6 +48,11 @@ class Client:
             timeout=httpx.Timeout(timeout_s + protocol.MAX_WAIT_PER_POLL_S),
             transport=transport,
         )
+        self._coalesce = coalesce and transport is None
+        self._async_args = (base_url, api_key, timeout_s, self._retry)
+        self._lock = threading.Lock()
+        self._calls_in_flight = 0
+        self._shared: tuple[LoopThread, AsyncClient] | None = None
 
     def __enter__(self) -> Client:
         return self
@@ -45,7 +61,32 @@ class Client:
         self.close()
 
     def close(self) -> None:
+        with self._lock:
+            shared, self._shared = self._shared, None
+        if shared is not None:
+            loop, client = shared
+            loop.call(client.close())
+            loop.close()
         self._http.close()
+
+    @contextlib.contextmanager
+    def _call(self) -> Iterator[tuple[LoopThread, AsyncClient] | None]:
+        """Count a call while it runs; give it the shared loop and client if another call is in
+        flight (it then runs there, coalesced), else None (it sends its own request)."""
+        with self._lock:
+            shared = None
+            if self._coalesce and self._calls_in_flight > 0:
+                if self._shared is None:
+                    base_url, api_key, timeout_s, retry = self._async_args
+                    client = AsyncClient(base_url, api_key, timeout_s=timeout_s, retry=retry)
+                    self._shared = (LoopThread("loom-sdk-coalesce"), client)
+                shared = self._shared
+            self._calls_in_flight += 1
+        try:
+            yield shared
+        finally:
+            with self._lock:
+                self._calls_in_flight -= 1
 
     def _send(self, request: protocol.Request) -> httpx.Response:
         last_error: str = ""
@@ -68,20 +109,28 @@ class Client:
 
     def submit(self, **fields: Any) -> Action:
         """Submit one action; keyword arguments as :func:`loom.protocol.action_payload`."""
-        body = protocol.action_payload(**fields)
-        return protocol.parse_action(self._send(protocol.submit_request(body)))
+        with self._call() as shared:
+            if shared is not None:
+                loop, client = shared
+                return loop.call(client.submit(**fields))
+            body = protocol.action_payload(**fields)
+            return protocol.parse_action(self._send(protocol.submit_request(body)))
 
     def run(self, *, timeout: float = 600.0, **fields: Any) -> Action:
         """Submit one action and return it ended: one request when it ends within
         ``MAX_WAIT_PER_POLL_S`` (submit-and-wait), long-polls for the rest of ``timeout``.
         Retrying a lost answer is safe: the submission carries an idempotency key."""
-        deadline = time.monotonic() + timeout
-        body = protocol.action_payload(**fields)
-        request = protocol.submit_request(body, wait_s=min(timeout, protocol.MAX_WAIT_PER_POLL_S))
-        action = protocol.parse_action(self._send(request))
-        if action.done:
-            return action
-        return self.result(action.id, timeout=max(0.0, deadline - time.monotonic()))
+        with self._call() as shared:
+            if shared is not None:
+                loop, client = shared
+                return loop.call(client.run(timeout=timeout, **fields))
+            deadline = time.monotonic() + timeout
+            body = protocol.action_payload(**fields)
+            wait = min(timeout, protocol.MAX_WAIT_PER_POLL_S)
+            action = protocol.parse_action(self._send(protocol.submit_request(body, wait_s=wait)))
+            if action.done:
+                return action
+            return self._result_alone(action.id, max(0.0, deadline - time.monotonic()))
 
     def submit_batch(self, items: Sequence[Mapping[str, Any]]) -> list[Action]:
         """Submit up to 10 000 actions at once, validated all-or-nothing by the server."""
@@ -96,6 +145,13 @@ class Client:
 
     def result(self, action_id: int, *, timeout: float = 600.0) -> Action:
         """Block until the action ends (long-poll, no client-side busy loop)."""
+        with self._call() as shared:
+            if shared is not None:
+                loop, client = shared
+                return loop.call(client.result(action_id, timeout=timeout))
+            return self._result_alone(action_id, timeout)
+
+    def _result_alone(self, action_id: int, timeout: float) -> Action:
         deadline = time.monotonic() + timeout
         while (remaining := deadline - time.monotonic()) > 0:
             request = protocol.result_request(action_id, min(remaining, 30))

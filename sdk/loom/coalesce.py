@@ -17,14 +17,18 @@ own timeout:
   next long-poll with the newly awaited ones. At most ``max_polls`` long-polls are in flight: a new
   one beyond that absorbs the oldest (which is abandoned; the server frees its thread on the
   hang-up), so a new id never waits behind long-running ones.
+
+The sync ``Client`` gets the same from several threads: a call made while another is in flight
+runs as an ``AsyncClient`` call on a loop thread of its own (``LoopThread``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 from loom.errors import ApiError, AuthenticationError, TransientError
 from loom.types import Action
@@ -33,6 +37,7 @@ SendOne = Callable[[dict[str, Any]], Awaitable[Action]]
 SendBatch = Callable[[list[dict[str, Any]]], Awaitable[list[Action]]]
 SendAwait = Callable[[list[int], float], Awaitable[list[Action]]]  # ids, wait → the ended
 
+T = TypeVar("T")
 MAX_BATCH = 1000  # items per coalesced submit (the server's LOOM_MAX_BATCH defaults to 10 000)
 MAX_POLLS = 4
 
@@ -218,3 +223,23 @@ def _fail_all(futures: Sequence[asyncio.Future[Action]], exc: BaseException) -> 
     for future in futures:
         if not future.done():
             future.set_exception(exc)
+
+
+class LoopThread:
+    """An event loop on a daemon thread, for the sync ``Client``: its calls made from several
+    threads at once run as ``AsyncClient`` calls here, where they coalesce like coroutines."""
+
+    def __init__(self, name: str = "loom-sdk") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def call(self, call: Coroutine[Any, Any, T]) -> T:
+        """Run ``call`` on the loop; block this thread until it returns (or raises)."""
+        return asyncio.run_coroutine_threadsafe(call, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self.loop.close()

@@ -13,146 +13,19 @@ SIGKILL them mid-run and check what the issue promises:
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import redis
-from django.conf import settings
-from django.db import connection
-from django.test import override_settings
 
 from apps.actions.demand import parse_demand
 from apps.actions.models import TERMINAL_STATUSES, Action
 from apps.actions.services import ActionSpec, action_submit_batch
-from apps.resources.models import PoolKind
-from tests.factories import JobFactory, PoolFactory
-from tests.workers.agents.conftest import leftover_processes
-from workers.agents.common import procs
+from tests.apps.actions.cluster import Cluster
+from tests.factories import JobFactory
 
-ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
-
-
-@pytest.fixture
-def redis_url() -> str:
-    url: str = settings.LOOM_TEST_REDIS_URL
-    try:
-        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
-    except redis.RedisError as exc:
-        pytest.skip(f"Redis at {url} is not reachable: {exc}")
-    return url
-
-
-@pytest.fixture
-def postgres_url() -> str:
-    if connection.vendor != "postgresql":
-        pytest.skip(
-            "needs PostgreSQL: the scheduler and agents are separate processes sharing the test "
-            "database (set DATABASE_URL=postgres://...)"
-        )
-    db = connection.settings_dict
-    user = db.get("USER") or "postgres"
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    host = db.get("HOST") or "127.0.0.1"
-    port = db.get("PORT") or 5432
-    return f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
-
-
-@dataclass
-class Cluster:
-    """A scheduler and agents as subprocesses of one pool, on a unique stream prefix."""
-
-    redis_url: str
-    database_url: str
-    work: Path
-    pool: str
-    prefix: str = field(default_factory=lambda: f"looprec-{uuid.uuid4().hex[:10]}")
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            DJANGO_SETTINGS_MODULE="controlplane.settings.dev",
-            DATABASE_URL=self.database_url,
-            REDIS_URL=self.redis_url,
-            LOOM_LOG_LEVEL="WARNING",
-            PYTHONPATH=str(ROOT),
-        )
-        return env
-
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        log = (self.work / f"{name}.log").open("ab")
-        self.processes[name] = subprocess.Popen(
-            argv, cwd=ROOT, env=self._env(), stdout=log, stderr=subprocess.STDOUT
-        )
-
-    def start_scheduler(self, *, max_attempts: int = 3, heartbeat_timeout: float = 15.0) -> None:
-        self._spawn(
-            "scheduler",
-            [
-                sys.executable, "manage.py", "run_scheduler", "--pool", self.pool,
-                "--stream-prefix", self.prefix, "--max-attempts", str(max_attempts),
-                "--heartbeat-timeout", str(heartbeat_timeout),
-            ],
-        )  # fmt: skip
-
-    def start_agent(self, node: str, cores: str) -> None:
-        self._spawn(
-            node,
-            [
-                sys.executable, "-m", "workers.agents.cpu", "--redis-url", self.redis_url,
-                "--pool", self.pool, "--node-id", node, "--stream-prefix", self.prefix,
-                "--cores", cores, "--work-root", str(self.work / node),
-                "--heartbeat-interval", "0.2", "--reclaim-idle-ms", "600000",
-                "--log-level", "WARNING",
-            ],
-        )  # fmt: skip
-
-    def kill(self, name: str) -> None:
-        process = self.processes.pop(name)
-        process.send_signal(signal.SIGKILL)
-        process.wait(10)
-
-    def stop_all(self) -> None:
-        for name in list(self.processes):
-            process = self.processes.pop(name)
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
-        client = redis.Redis.from_url(self.redis_url)
-        keys = list(client.scan_iter(match=f"{self.prefix}:*"))
-        if keys:
-            client.delete(*keys)
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in self.work.glob("*.log"))
-
-
-@pytest.fixture
-def cluster(redis_url: str, postgres_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    pool = f"rec-{uuid.uuid4().hex[:8]}"
-    PoolFactory.create(name=pool, kind=PoolKind.CPU)
-    running = Cluster(redis_url=redis_url, database_url=postgres_url, work=tmp_path, pool=pool)
-    try:
-        # The API side announces submissions to the pool's scheduler over Redis, as in production.
-        with override_settings(REDIS_URL=redis_url, LOOM_STREAM_PREFIX=running.prefix):
-            yield running
-    finally:
-        running.stop_all()
-        for pid in leftover_processes(f"{pool}-"):  # what a SIGKILLed agent left running
-            procs.kill_pids([pid])
 
 
 def _submit(pool: str, commands: list[str], **spec: Any) -> list[int]:
