@@ -58,17 +58,30 @@ class SubmitCoalescer:
 
     async def submit(self, body: dict[str, Any]) -> Action:
         future: asyncio.Future[Action] = asyncio.get_running_loop().create_future()
-        self._queue.append((body, future))
+        entry = (body, future)
+        self._queue.append(entry)
         if self._sender is None:
             self._sender = asyncio.create_task(self._send_queued())
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if entry in self._queue:  # cancelled before it was sent: it never is
+                self._queue.remove(entry)
+            raise
 
     async def _send_queued(self) -> None:
         try:
             while self._queue:
                 batch = self._queue[: self._max_batch]
                 del self._queue[: self._max_batch]
-                await self._send(batch)
+                try:
+                    await self._send(batch)
+                except BaseException as exc:
+                    # Whatever went wrong (an answer of the wrong shape, say), no caller hangs.
+                    failure = exc if isinstance(exc, Exception) else TransientError(repr(exc))
+                    _fail_all([future for _, future in batch], failure)
+                    if not isinstance(exc, Exception):
+                        raise
         finally:
             self._sender = None
 
@@ -88,6 +101,8 @@ class SubmitCoalescer:
         except Exception as exc:
             _fail_all([f for _, f in batch], exc)
             return
+        if len(actions) != len(batch):
+            raise ValueError(f"a batch of {len(batch)} submits was answered with {len(actions)}")
         for (_, future), action in zip(batch, actions, strict=True):
             if not future.done():
                 future.set_result(action)

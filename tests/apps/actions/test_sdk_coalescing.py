@@ -232,3 +232,43 @@ async def test_submits_made_during_a_submit_go_out_as_one_batch() -> None:
     assert [(await t).id for t in [first, *rest]] == list(range(6))
     assert sent == [0, [1, 2, 3], [4, 5]]
     assert not submits.busy
+
+
+async def test_a_submit_cancelled_before_it_is_sent_is_never_sent() -> None:
+    sent: list[Any] = []
+    gate = asyncio.Event()
+
+    async def send_one(body: dict[str, Any]) -> Action:
+        sent.append(body["n"])
+        await gate.wait()
+        return ended(body["n"])
+
+    async def send_batch(bodies: list[dict[str, Any]]) -> list[Action]:
+        sent.append([b["n"] for b in bodies])
+        return [ended(b["n"]) for b in bodies]
+
+    submits = SubmitCoalescer(send_one, send_batch)
+    first = asyncio.create_task(submits.submit({"n": 0}))
+    await asyncio.sleep(0.01)
+    given_up, kept = (asyncio.create_task(submits.submit({"n": n})) for n in (1, 2))
+    await asyncio.sleep(0.01)
+    given_up.cancel()
+    gate.set()
+    assert (await first).id == 0 and (await kept).id == 2
+    assert sent == [0, 2]  # 1 was still waiting its turn: dropped, not submitted
+
+
+async def test_an_answer_of_the_wrong_shape_fails_its_callers_instead_of_hanging() -> None:
+    async def send_one(body: dict[str, Any]) -> Action:
+        return ended(body["n"])
+
+    async def send_batch(bodies: list[dict[str, Any]]) -> list[Action]:
+        return [ended(bodies[0]["n"])]  # one item for several
+
+    submits = SubmitCoalescer(send_one, send_batch)
+    outcomes = await asyncio.wait_for(
+        asyncio.gather(*(submits.submit({"n": n}) for n in range(3)), return_exceptions=True), 5
+    )
+    # Made in one turn, the three went as one batch; none gets another's answer.
+    assert all(isinstance(o, ValueError) for o in outcomes), outcomes
+    assert not submits.busy
