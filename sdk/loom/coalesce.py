@@ -139,6 +139,15 @@ class ResultCoalescer:
             waiters.remove(future)
             if not waiters and self._waiters.get(action_id) is waiters:
                 del self._waiters[action_id]  # a poll that carries it drops it when it answers
+                self._abandon_unwanted_polls()
+
+    def _abandon_unwanted_polls(self) -> None:
+        """A long-poll nobody waits on any more (its callers timed out or were cancelled) is
+        abandoned: the server frees its thread on the hang-up instead of holding it 30 s."""
+        for task, ids in list(self._polls.items()):
+            if not any(i in self._waiters for i in ids):
+                del self._polls[task]
+                task.cancel()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:

@@ -272,3 +272,13 @@ async def test_an_answer_of_the_wrong_shape_fails_its_callers_instead_of_hanging
     # Made in one turn, the three went as one batch; none gets another's answer.
     assert all(isinstance(o, ValueError) for o in outcomes), outcomes
     assert not submits.busy
+
+
+async def test_a_poll_nobody_waits_on_any_more_is_abandoned() -> None:
+    server = ScriptedAwait()
+    results = ResultCoalescer(server, wait_s=30)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(asyncio.gather(results.result(1), results.result(2)), 0.05)
+    await asyncio.sleep(0.01)
+    assert server.cancelled == [[1, 2]]  # the request hung up, not left to run out its 30 s
+    assert not results.busy
