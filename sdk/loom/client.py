@@ -170,8 +170,8 @@ class Client:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ResultTimeout(f"{len(pending)} actions did not end within {timeout} s")
-            request = protocol.await_many_request(pending, min(remaining, 30))
+            window = pending[: protocol.MAX_AWAIT_IDS]
+            request = protocol.await_many_request(window, min(remaining, 30))
             ended = protocol.parse_await_many(self._send(request))
-            done = {a.id for a in ended}
-            pending = [i for i in pending if i not in done]
+            pending = protocol.next_pending(pending, len(window), ended)
             yield from ended

@@ -16,7 +16,8 @@ own timeout:
   long-poll. When it answers, its ended actions go to their callers and its other ids join the
   next long-poll with the newly awaited ones. At most ``max_polls`` long-polls are in flight: a new
   one beyond that absorbs the oldest (which is abandoned; the server frees its thread on the
-  hang-up), so a new id never waits behind long-running ones.
+  hang-up), so a new id never waits behind long-running ones. A poll carries at most the
+  server's ``MAX_AWAIT_IDS``; more ids take more polls.
 
 The sync ``Client`` gets the same from several threads: a call made while another is in flight
 runs as an ``AsyncClient`` call on a loop thread of its own (``LoopThread``).
@@ -31,6 +32,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from loom.errors import ApiError, AuthenticationError, TransientError
+from loom.protocol import MAX_AWAIT_IDS
 from loom.types import Action
 
 SendOne = Callable[[dict[str, Any]], Awaitable[Action]]
@@ -111,10 +113,17 @@ class SubmitCoalescer:
 class ResultCoalescer:
     """``result(id)`` through shared ``await`` long-polls (see the module's docstring)."""
 
-    def __init__(self, send_await: SendAwait, wait_s: float, max_polls: int = MAX_POLLS):
+    def __init__(
+        self,
+        send_await: SendAwait,
+        wait_s: float,
+        max_polls: int = MAX_POLLS,
+        max_ids: int = MAX_AWAIT_IDS,
+    ) -> None:
         self._send_await = send_await
         self._wait_s = wait_s
         self._max_polls = max_polls
+        self._max_ids = max_ids
         self._waiters: dict[int, list[asyncio.Future[Action]]] = {}
         self._unsent: dict[int, None] = {}  # ids awaited but in no long-poll yet, in order
         self._polls: dict[asyncio.Task[None], dict[int, None]] = {}  # in flight, oldest first
@@ -161,12 +170,16 @@ class ResultCoalescer:
         if not ids:
             return
         if len(self._polls) >= self._max_polls:
-            oldest = next(iter(self._polls))
-            absorbed = self._polls.pop(oldest)
-            oldest.cancel()
-            ids = list(dict.fromkeys([*absorbed, *ids]))
-        task = asyncio.create_task(self._poll(ids))
-        self._polls[task] = dict.fromkeys(ids)
+            oldest, absorbed = next(iter(self._polls.items()))
+            if len(absorbed) + len(ids) <= self._max_ids:
+                del self._polls[oldest]
+                oldest.cancel()
+                ids = list(dict.fromkeys([*absorbed, *ids]))
+        # More ids than one request may carry: as many polls as it takes (each answers alone).
+        for start in range(0, len(ids), self._max_ids):
+            chunk = ids[start : start + self._max_ids]
+            task = asyncio.create_task(self._poll(chunk))
+            self._polls[task] = dict.fromkeys(chunk)
 
     async def _poll(self, ids: list[int]) -> None:
         task = asyncio.current_task()

@@ -150,8 +150,13 @@ def auth_headers(api_key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}", "Accept": "application/json"}
 
 
+MAX_AWAIT_IDS = 10_000  # ids per POST /actions/await/ (the server refuses more)
+
+
 def await_many_request(action_ids: Sequence[int], wait_s: float) -> Request:
     """Long-poll for any of ``action_ids`` to end: the server answers with those that have."""
+    if len(action_ids) > MAX_AWAIT_IDS:
+        raise ValueError(f"at most {MAX_AWAIT_IDS} ids per await, got {len(action_ids)}")
     wait = max(0, min(MAX_WAIT_PER_POLL_S, int(wait_s)))
     return Request(
         "POST", f"{API_PREFIX}/actions/await/", json={"ids": list(action_ids), "wait": wait}
@@ -160,3 +165,10 @@ def await_many_request(action_ids: Sequence[int], wait_s: float) -> Request:
 
 def parse_await_many(response: httpx.Response) -> list[Action]:
     return [Action.from_api(item) for item in response.json()["ended"]]
+
+
+def next_pending(pending: list[int], polled: int, ended: Sequence[Action]) -> list[int]:
+    """``as_completed``: what is still pending after a poll of ``pending[:polled]``. Those just
+    polled go to the back, so beyond ``MAX_AWAIT_IDS`` every id gets its turn in a poll."""
+    done = {action.id for action in ended}
+    return pending[polled:] + [i for i in pending[:polled] if i not in done]

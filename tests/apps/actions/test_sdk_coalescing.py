@@ -9,6 +9,7 @@ events (which calls share a request, what a refusal or a new id does to a long-p
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from typing import Any
 
@@ -121,6 +122,24 @@ async def test_each_coalesced_result_keeps_its_own_timeout(loom: Any) -> None:
     assert isinstance(outcomes[1], Action) and outcomes[1].output.strip() == "quick"
     assert asyncio.get_running_loop().time() - started < 15
     await client.cancel(slow.id)
+
+
+@real_stack
+async def test_as_completed_beyond_the_servers_id_limit_polls_every_id_in_turn(
+    loom: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loom import protocol
+
+    monkeypatch.setattr(protocol, "MAX_AWAIT_IDS", 3)
+    client, _ = loom
+    requests = record_requests(client)
+    batch = await client.submit_batch(
+        [{"command": f"echo {i}", "demand": {"cpu": 1}} for i in range(8)]
+    )
+    seen = [a async for a in client.as_completed([a.id for a in batch], timeout=60)]
+    assert sorted(a.id for a in seen) == sorted(a.id for a in batch)
+    polls = [r for r in requests if r.url.path.endswith("/await/")]
+    assert polls and all(len(json.loads(r.content)["ids"]) <= 3 for r in polls)
 
 
 # --- the coalescers' order of events, with scripted requests ---------------------------------
@@ -282,3 +301,19 @@ async def test_a_poll_nobody_waits_on_any_more_is_abandoned() -> None:
     await asyncio.sleep(0.01)
     assert server.cancelled == [[1, 2]]  # the request hung up, not left to run out its 30 s
     assert not results.busy
+
+
+async def test_more_ids_than_one_request_may_carry_take_more_polls() -> None:
+    server = ScriptedAwait()
+    server.release(1, 2, 3, 4, 5)
+    results = ResultCoalescer(server, wait_s=30, max_ids=2)
+    ended = await asyncio.gather(*(results.result(i) for i in range(1, 6)))
+    assert [a.id for a in ended] == [1, 2, 3, 4, 5]
+    assert [ids for ids, _ in server.calls] == [[1, 2], [3, 4], [5]]
+
+
+def test_as_completed_rotates_what_it_polls() -> None:
+    from loom.protocol import next_pending
+
+    # Polled 1-3 of 1-5; 2 ended: the unpolled go first, the polled ones to the back.
+    assert next_pending([1, 2, 3, 4, 5], 3, [ended(2)]) == [4, 5, 1, 3]
