@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -53,6 +54,7 @@ class Client:
         self._lock = threading.Lock()
         self._calls_in_flight = 0
         self._shared: tuple[LoopThread, AsyncClient] | None = None
+        self._shared_pid = os.getpid()
 
     def __enter__(self) -> Client:
         return self
@@ -75,6 +77,9 @@ class Client:
         flight (it then runs there, coalesced), else None (it sends its own request)."""
         with self._lock:
             shared = None
+            if self._shared_pid != os.getpid():
+                # A forked child has the parent's loop object but not its thread: start afresh.
+                self._shared, self._shared_pid = None, os.getpid()
             if self._coalesce and self._calls_in_flight > 0:
                 if self._shared is None:
                     base_url, api_key, timeout_s, retry = self._async_args

@@ -317,3 +317,34 @@ def test_as_completed_rotates_what_it_polls() -> None:
 
     # Polled 1-3 of 1-5; 2 ended: the unpolled go first, the polled ones to the back.
     assert next_pending([1, 2, 3, 4, 5], 3, [ended(2)]) == [4, 5, 1, 3]
+
+
+def _loop_answers_in_child(client: Any, answers: Any) -> None:
+    with client._call(), client._call() as shared:  # a call alongside another: the loop thread
+        loop, _ = shared
+        answers.put(loop.call(asyncio.sleep(0, result=42)))
+
+
+def test_a_forked_child_gets_a_loop_thread_of_its_own() -> None:
+    """A trainer that forks workers after using a Client: the child inherits the loop object but
+    not its thread; a call there must start a new one, never wait on the dead one forever."""
+    import multiprocessing
+
+    from loom import Client
+
+    client = Client("http://127.0.0.1:9", "loom_test")
+    try:
+        with client._call(), client._call() as shared:
+            assert shared is not None
+            assert shared[0].call(asyncio.sleep(0, result=1)) == 1
+        fork = multiprocessing.get_context("fork")
+        answers = fork.Queue()
+        child = fork.Process(target=_loop_answers_in_child, args=(client, answers))
+        child.start()
+        child.join(20)
+        alive = child.is_alive()
+        if alive:
+            child.kill()
+        assert not alive and child.exitcode == 0 and answers.get(timeout=1) == 42
+    finally:
+        client.close()
