@@ -488,7 +488,7 @@ class ActionAwaitApi(APIView):
         serializer.is_valid(raise_exception=True)
         ids: list[int] = list(dict.fromkeys(serializer.validated_data["ids"]))
         wait: float = serializer.validated_data["wait"]
-        visible = selectors.action_queryset(principal=principal).filter(pk__in=ids)
+        visible = selectors.action_results(principal=principal, action_ids=ids)
         found = set(visible.values_list("pk", flat=True))
         missing = [index for index, pk in enumerate(ids) if pk not in found]
         if missing:

@@ -34,6 +34,31 @@ def action_get(*, principal: Principal, action_id: int) -> Action:
     return get_object_or_404(action_queryset(principal=principal), pk=action_id)
 
 
+# What a result names (``ActionResultSerializer``): no related row, and none of the submission's
+# own fields (command, payload, demand: an API call's payload can be large).
+RESULT_FIELDS = (
+    "id",
+    "status",
+    "exit_code",
+    "output",
+    "score",
+    "error_reason",
+    "allocation",
+    "attempts",
+    "submitted_at",
+    "scheduled_at",
+    "started_at",
+    "finished_at",
+)
+
+
+def action_results(*, principal: Principal, action_ids: list[int]) -> QuerySet[Action]:
+    """The visible ones of ``action_ids``, with only what their results show: no joins."""
+    return Action.objects.filter(**job_ids_filter(principal), pk__in=action_ids).only(
+        *RESULT_FIELDS
+    )
+
+
 def action_result_get(*, principal: Principal, action_id: int) -> Action:
     """The action for its result: no joins (a result names no related row), 404 if not visible."""
     return get_object_or_404(Action.objects.filter(**job_ids_filter(principal)), pk=action_id)

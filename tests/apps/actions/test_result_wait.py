@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import connection
 
 from apps.actions import notify, services
+from apps.actions.models import ActionStatus
 from controlplane.http_bridge import HANGUP_KEY, Hangup
 from tests.apps.helpers import error_fields, run_to_success
 from tests.factories import ActionFactory
@@ -141,6 +142,48 @@ def test_await_many_wakes_on_the_first_end(job_actor):
     thread.join()
     assert time.monotonic() - started < 10
     assert [a["id"] for a in response.json()["ended"]] == [second.pk]
+
+
+@pytest.mark.django_db
+def test_await_many_renders_results_as_get_does_in_queries_that_do_not_grow(job_actor):
+    """The results only, read without joins and without the submissions' own columns (an API
+    call's payload can be large): nothing loads lazily per action."""
+
+    def ended(count):
+        actions = [
+            ActionFactory.create(job=job_actor.job, payload={"blob": "x" * 1000})
+            for _ in range(count)
+        ]
+        for action in actions:
+            services.action_mark_scheduled(action_id=action.pk, allocation={"cores": [0]})
+            services.action_finish(
+                action_id=action.pk,
+                status=ActionStatus.SUCCEEDED,
+                exit_code=0,
+                output=f"out {action.pk}",
+            )
+        return [a.pk for a in actions]
+
+    url = "/api/v1/actions/await/"
+    job_actor.client.post(url, {"ids": ended(1)}, format="json")  # the key's first use is noted
+    counts = []
+    for ids in (ended(2), ended(12)):
+        sql: list[str] = []
+
+        def record(run, text, *args, sql=sql):
+            sql.append(text)
+            return run(text, *args)
+
+        with connection.execute_wrapper(record):
+            body = job_actor.client.post(url, {"ids": ids, "wait": 1}, format="json").json()
+        counts.append(len(sql))
+        assert sorted(a["id"] for a in body["ended"]) == sorted(ids) and body["pending"] == []
+        reads = [text for text in sql if "actions_action" in text]
+        assert reads and all("JOIN" not in t and "payload" not in t for t in reads), reads
+        for rendered in body["ended"]:
+            single = job_actor.client.get(f"/api/v1/actions/{rendered['id']}/result/").json()
+            assert rendered == single
+    assert counts[0] == counts[1], counts
 
 
 @pytest.mark.django_db
