@@ -98,21 +98,8 @@ class ActionOutputSerializer(ReusedFieldsMixin, serializers.ModelSerializer):
 
 class ActionResultSerializer(ActionOutputSerializer):
     class Meta(ActionOutputSerializer.Meta):
-        fields = [
-            "id",
-            "status",
-            "exit_code",
-            "output",
-            "score",
-            "error_reason",
-            "allocation",
-            "attempts",
-            "submitted_at",
-            "scheduled_at",
-            "started_at",
-            "finished_at",
-            "act_s",
-        ]
+        # The columns the await endpoint reads (``selectors.RESULT_FIELDS``), and the ACT.
+        fields = [*selectors.RESULT_FIELDS, "act_s"]
         read_only_fields = fields
 
 
