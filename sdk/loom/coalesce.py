@@ -2,10 +2,10 @@
 
 A trainer runs its trajectories as coroutines; each submits its tool calls one at a time and
 awaits them. One HTTP request per ``submit()`` and per ``result()`` costs the control plane a
-whole web request each (``bench overhead``: 37–53 actions/s at 100–1 000 trajectories that
-way), where the batched forms cost a fraction per action. Coalescing turns concurrent single calls into
-the batched forms without changing what any caller sees — its own ``Action``, its own error, its
-own timeout:
+whole web request each (``bench overhead``: 37–71 actions/s at 100–1 000 trajectories that
+way), where the batched forms cost a fraction per action. Coalescing turns concurrent single
+calls into the batched forms without changing what any caller sees — its own ``Action``, its
+own error, its own timeout:
 
 - ``submit()``: group commit. A submit made while no submit request is in flight goes out at
   once, alone (no added latency at rest); those made while one is in flight wait for it, then go
