@@ -94,14 +94,10 @@ class SubmitCoalescer:
         try:
             actions = await self._send_batch([body for body, _ in batch])
         except ApiError as exc:
-            if isinstance(exc, AuthenticationError) or exc.status_code >= 500:
-                _fail_all([f for _, f in batch], exc)
-                return
+            if _every_caller_fails(exc):
+                raise  # _send_queued fails the whole batch with it, as any other error
             # Rejected as a whole (one bad item fails the batch): each on its own, concurrently.
             await asyncio.gather(*(_settle(f, self._send_one(body)) for body, f in batch))
-            return
-        except Exception as exc:
-            _fail_all([f for _, f in batch], exc)
             return
         if len(actions) != len(batch):
             raise ValueError(f"a batch of {len(batch)} submits was answered with {len(actions)}")
@@ -187,22 +183,20 @@ class ResultCoalescer:
         try:
             ended = await self._send_await(ids, self._wait_s)
         except asyncio.CancelledError:
-            raise  # absorbed by a newer poll, which carries its ids now
+            raise  # absorbed by a newer poll (which carries its ids now), abandoned or closed
         except ApiError as exc:
-            self._polls.pop(task, None)
-            if isinstance(exc, AuthenticationError) or exc.status_code >= 500:
+            if _every_caller_fails(exc):
                 self._fail(ids, exc)
             else:
                 # One id the server refuses (deleted, another job's) fails the whole poll: look
                 # at each on its own, so only its own caller sees the error.
                 self._checks.add(asyncio.create_task(self._check_each(ids)))
-            return
         except Exception as exc:
-            self._polls.pop(task, None)
             self._fail(ids, exc)
-            return
-        self._polls.pop(task, None)
-        self._settle(ids, ended)
+        else:
+            self._settle(ids, ended)
+        finally:
+            self._polls.pop(task, None)
 
     def _settle(self, ids: Sequence[int], ended: Sequence[Action]) -> None:
         """Hand ended actions to their callers; the other ids go into the next poll."""
@@ -243,6 +237,11 @@ class ResultCoalescer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._fail(list(self._waiters), TransientError("the client was closed"))
+
+
+def _every_caller_fails(exc: ApiError) -> bool:
+    """An error no single item caused (a bad key, a server error): every caller gets it."""
+    return isinstance(exc, AuthenticationError) or exc.status_code >= 500
 
 
 async def _settle(future: asyncio.Future[Action], call: Awaitable[Action]) -> None:

@@ -5,11 +5,8 @@ so the subprocesses see them), under a stream prefix of their own."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import sys
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +14,7 @@ from pathlib import Path
 import httpx
 import redis
 
-ROOT = Path(__file__).resolve().parents[3]
+from bench._execution import ROOT, Children, scheduler_argv, wait_for
 
 
 @dataclass
@@ -29,7 +26,10 @@ class Cluster:
     work: Path
     pool: str
     prefix: str = field(default_factory=lambda: f"looprec-{uuid.uuid4().hex[:10]}")
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    children: Children = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.children = Children(self.work)
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -44,20 +44,16 @@ class Cluster:
         return env
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = (self.work / f"{name}.log").open("ab")
-        self.processes[name] = subprocess.Popen(
-            argv, cwd=ROOT, env=self._env(), stdout=log, stderr=subprocess.STDOUT
-        )
+        self.children.spawn(name, argv, self._env())
 
     def start_scheduler(self, *, max_attempts: int = 3, heartbeat_timeout: float = 15.0) -> None:
-        self._spawn(
-            "scheduler",
-            [
-                sys.executable, "manage.py", "run_scheduler", "--pool", self.pool,
-                "--stream-prefix", self.prefix, "--max-attempts", str(max_attempts),
-                "--heartbeat-timeout", str(heartbeat_timeout),
-            ],
-        )  # fmt: skip
+        options = [
+            "--max-attempts",
+            str(max_attempts),
+            "--heartbeat-timeout",
+            str(heartbeat_timeout),
+        ]
+        self._spawn("scheduler", scheduler_argv(self.pool, self.prefix, *options))
 
     def start_agent(self, node: str, cores: str) -> None:
         self._spawn(
@@ -84,31 +80,25 @@ class Cluster:
             ],
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
+
+        def answers() -> bool:
             try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    return url
+                return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
             except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the web process did not answer in 60 s\n{self.logs()}")
-            time.sleep(0.1)
+                return False
+
+        try:
+            wait_for(answers, 60, "the web process answering", interval_s=0.1)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n{self.logs()}") from None
+        return url
 
     def kill(self, name: str) -> None:
-        process = self.processes.pop(name)
-        process.send_signal(signal.SIGKILL)
-        process.wait(10)
+        """SIGKILL: the process dies where it is."""
+        self.children.stop(name, kill=True)
 
     def stop_all(self) -> None:
-        for name in list(self.processes):
-            process = self.processes.pop(name)
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+        self.children.stop_all()
         client = redis.Redis.from_url(self.redis_url)
         keys = list(client.scan_iter(match=f"{self.prefix}:*"))
         if keys:

@@ -228,53 +228,49 @@ async def test_a_caller_that_gives_up_leaves_the_others_waiting() -> None:
     assert not results.busy  # id 2 was dropped with its last caller
 
 
-async def test_submits_made_during_a_submit_go_out_as_one_batch() -> None:
-    sent: list[Any] = []
-    gate = asyncio.Event()
+class ScriptedSubmits:
+    """The submit requests as functions: a lone submit stays in flight until ``gate`` opens, a
+    batch answers at once; ``sent`` lists what went out (an ``n``, or a batch's list of them)."""
 
-    async def send_one(body: dict[str, Any]) -> Action:
-        sent.append(body["n"])
-        await gate.wait()
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+        self.gate = asyncio.Event()
+
+    async def one(self, body: dict[str, Any]) -> Action:
+        self.sent.append(body["n"])
+        await self.gate.wait()
         return ended(body["n"])
 
-    async def send_batch(bodies: list[dict[str, Any]]) -> list[Action]:
-        sent.append([b["n"] for b in bodies])
+    async def batch(self, bodies: list[dict[str, Any]]) -> list[Action]:
+        self.sent.append([b["n"] for b in bodies])
         return [ended(b["n"]) for b in bodies]
 
-    submits = SubmitCoalescer(send_one, send_batch, max_batch=3)
+
+async def test_submits_made_during_a_submit_go_out_as_one_batch() -> None:
+    server = ScriptedSubmits()
+    submits = SubmitCoalescer(server.one, server.batch, max_batch=3)
     first = asyncio.create_task(submits.submit({"n": 0}))
     await asyncio.sleep(0.01)
     rest = [asyncio.create_task(submits.submit({"n": n})) for n in range(1, 6)]
     await asyncio.sleep(0.01)
-    assert sent == [0]  # the rest wait for the request in flight
-    gate.set()
+    assert server.sent == [0]  # the rest wait for the request in flight
+    server.gate.set()
     assert [(await t).id for t in [first, *rest]] == list(range(6))
-    assert sent == [0, [1, 2, 3], [4, 5]]
+    assert server.sent == [0, [1, 2, 3], [4, 5]]
     assert not submits.busy
 
 
 async def test_a_submit_cancelled_before_it_is_sent_is_never_sent() -> None:
-    sent: list[Any] = []
-    gate = asyncio.Event()
-
-    async def send_one(body: dict[str, Any]) -> Action:
-        sent.append(body["n"])
-        await gate.wait()
-        return ended(body["n"])
-
-    async def send_batch(bodies: list[dict[str, Any]]) -> list[Action]:
-        sent.append([b["n"] for b in bodies])
-        return [ended(b["n"]) for b in bodies]
-
-    submits = SubmitCoalescer(send_one, send_batch)
+    server = ScriptedSubmits()
+    submits = SubmitCoalescer(server.one, server.batch)
     first = asyncio.create_task(submits.submit({"n": 0}))
     await asyncio.sleep(0.01)
     given_up, kept = (asyncio.create_task(submits.submit({"n": n})) for n in (1, 2))
     await asyncio.sleep(0.01)
     given_up.cancel()
-    gate.set()
+    server.gate.set()
     assert (await first).id == 0 and (await kept).id == 2
-    assert sent == [0, 2]  # 1 was still waiting its turn: dropped, not submitted
+    assert server.sent == [0, 2]  # 1 was still waiting its turn: dropped, not submitted
 
 
 async def test_an_answer_of_the_wrong_shape_fails_its_callers_instead_of_hanging() -> None:
