@@ -329,11 +329,10 @@ class ActionBatchApi(APIView):
             return job, services.action_submit_batch(job=job, specs=specs)
 
         job, submitted = with_catalog(attempt)
-        items = _full_items(submitted) if full else _summary_items(job, submitted)
         body = {
             "count": len(submitted),
             "created": sum(1 for entry in submitted if entry.created),
-            "items": items,
+            "items": _full_items(submitted) if full else _summary_items(job, submitted),
         }
         return Response(body, status=status.HTTP_201_CREATED)
 
