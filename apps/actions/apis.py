@@ -262,7 +262,7 @@ class ActionListSubmitApi(CursorListView):
             action = submitted.action
             if subscriptions and not action.is_terminal:
                 wait_until_ended(request, subscriptions[-1], wait)
-                reread_progress(action)
+                catch_up(action, subscriptions[-1])
             if submitted.created:
                 prime_names(action, selectors.submit_catalog())
         code = status.HTTP_201_CREATED if submitted.created else status.HTTP_200_OK
@@ -416,7 +416,7 @@ class ActionResultApi(APIView):
                 action = selectors.action_result_get(principal=principal, action_id=action_id)
                 if not action.is_terminal:
                     wait_until_ended(request, subscription, wait)
-                    reread_progress(action)
+                    catch_up(action, subscription)
         else:
             action = selectors.action_result_get(principal=principal, action_id=action_id)
         code = status.HTTP_200_OK if action.is_terminal else status.HTTP_202_ACCEPTED
@@ -434,9 +434,14 @@ def wait_until_ended(request: Request, subscription: Subscription, seconds: floa
     subscription.wait(seconds)
 
 
-def reread_progress(action: Action) -> None:
-    """After a long-poll: what changed on the action since it was read (one statement); 404 if
-    it was deleted meanwhile (its job deleted)."""
+def catch_up(action: Action, subscription: Subscription) -> None:
+    """After a long-poll: what changed on the action since it was read — as its end committed
+    it, when the ender published the row (no read), else read back (one statement); 404 if it
+    was deleted meanwhile (its job deleted)."""
+    progress = subscription.progress_of(action.pk)
+    if progress is not None:
+        hot_path.apply_progress(action, progress)
+        return
     try:
         hot_path.refresh_progress(action)
     except Action.DoesNotExist:

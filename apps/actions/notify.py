@@ -9,17 +9,23 @@ is readable.
 
 A waiter must subscribe *before* re-reading the action, then wait only if it is still active:
 an end that lands between the read and the wait is then never missed.
+
+An ender that has the ended rows at hand (the scheduler's store: its finishing UPDATE returns
+them, ``hot_path.progress_from_row``) publishes them with the ids, as committed; a woken waiter
+then answers from them (``Subscription.progress_of``) instead of reading the row again. Ends
+published without rows (big batches, cancels, other enders) are read back as before.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
-from typing import Protocol
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Protocol
 
 from django.conf import settings
 
@@ -41,24 +47,35 @@ class Subscription(Protocol):
         """End the wait now, as an end would (the waiting client hung up, say)."""
         ...
 
+    def progress_of(self, action_id: int) -> Mapping[str, Any] | None:
+        """The row the end of ``action_id`` committed, if its ender published it, else None."""
+        ...
+
+
+Progress = Mapping[int, Mapping[str, Any]]  # action id → its row, ``hot_path.progress_from_row``
+
 
 class Notifier(Protocol):
     def subscribe(self, *action_ids: int) -> contextlib.AbstractContextManager[Subscription]:
         """Wake the subscription when any of ``action_ids`` ends."""
         ...
 
-    def publish(self, action_ids: Iterable[int]) -> None: ...
+    def publish(self, action_ids: Iterable[int], progress: Progress | None = None) -> None: ...
 
 
 class _EventSubscription:
     def __init__(self) -> None:
         self.event = threading.Event()
+        self.progress: dict[int, Mapping[str, Any]] = {}  # written before the event is set
 
     def wait(self, timeout: float) -> bool:
         return self.event.wait(timeout)
 
     def wake(self) -> None:
         self.event.set()
+
+    def progress_of(self, action_id: int) -> Mapping[str, Any] | None:
+        return self.progress.get(action_id)
 
 
 class InProcessNotifier:
@@ -85,10 +102,12 @@ class InProcessNotifier:
                         if not waiters:
                             del self._waiters[action_id]
 
-    def publish(self, action_ids: Iterable[int]) -> None:
+    def publish(self, action_ids: Iterable[int], progress: Progress | None = None) -> None:
         with self._lock:
-            subscriptions = {sub for pk in action_ids for sub in self._waiters.get(pk, ())}
-        for subscription in subscriptions:
+            woken = [(pk, sub) for pk in action_ids for sub in self._waiters.get(pk, ())]
+        for pk, subscription in woken:
+            if progress is not None and pk in progress:
+                subscription.progress[pk] = progress[pk]
             subscription.event.set()
 
     def wake_all(self) -> None:
@@ -117,6 +136,9 @@ class _ListenerSubscription:
     def wake(self) -> None:
         self.local.wake()
 
+    def progress_of(self, action_id: int) -> Mapping[str, Any] | None:
+        return self.local.progress_of(action_id)
+
 
 class RedisNotifier:
     """Across processes: enders publish, one listener thread per waiting process wakes waiters.
@@ -143,8 +165,8 @@ class RedisNotifier:
         with self.local.subscribe(*action_ids) as local:
             yield _ListenerSubscription(local, self.listening)
 
-    def publish(self, action_ids: Iterable[int]) -> None:
-        self.client.publish(self.channel, ",".join(str(pk) for pk in action_ids))
+    def publish(self, action_ids: Iterable[int], progress: Progress | None = None) -> None:
+        self.client.publish(self.channel, encode_notice(action_ids, progress))
 
     def _ensure_listener(self) -> None:
         with self._lock:
@@ -171,11 +193,11 @@ class RedisNotifier:
                         self.local.wake_all()  # whatever ended while nobody listened
                     elif message["type"] == "message":
                         try:
-                            ids = _parse_ids(message["data"])
+                            ids, progress = decode_notice(message["data"])
                         except ValueError:
                             log.warning("ignored a malformed message on %s", self.channel)
                             continue
-                        self.local.publish(ids)
+                        self.local.publish(ids, progress)
             except redis.RedisError:
                 self.listening.clear()
                 log.warning("action-ended listener lost Redis; reconnecting", exc_info=True)
@@ -184,9 +206,29 @@ class RedisNotifier:
                 pubsub.close()
 
 
-def _parse_ids(data: bytes | str) -> list[int]:
+def encode_notice(action_ids: Iterable[int], progress: Progress | None = None) -> str:
+    """``1,2,3`` — or, with rows, ``{"ids": [1, 2, 3], "progress": {"1": {…}}}``."""
+    ids = [int(pk) for pk in action_ids]
+    if not progress:
+        return ",".join(str(pk) for pk in ids)
+    rows = {str(pk): dict(row) for pk, row in progress.items()}
+    return json.dumps({"ids": ids, "progress": rows}, separators=(",", ":"))
+
+
+def decode_notice(data: bytes | str) -> tuple[list[int], dict[int, Mapping[str, Any]] | None]:
+    """What ``encode_notice`` wrote; ValueError if it is neither form."""
     text = data.decode() if isinstance(data, bytes) else data
-    return [int(part) for part in text.split(",") if part]
+    if not text.startswith("{"):
+        return [int(part) for part in text.split(",") if part], None
+    try:
+        notice = json.loads(text)
+        ids = [int(pk) for pk in notice["ids"]]
+        progress: dict[int, Mapping[str, Any]] = {
+            int(pk): row for pk, row in notice["progress"].items() if isinstance(row, dict)
+        }
+    except (TypeError, KeyError, AttributeError, json.JSONDecodeError) as error:
+        raise ValueError(f"malformed notice: {error}") from None
+    return ids, progress
 
 
 _in_process = InProcessNotifier()
@@ -206,7 +248,7 @@ def get_notifier() -> Notifier:
         return _redis_notifiers[url, channel]
 
 
-def publish_action_ended(action_ids: Iterable[int]) -> None:
+def publish_action_ended(action_ids: Iterable[int], progress: Progress | None = None) -> None:
     ids = list(action_ids)
     if ids:
-        get_notifier().publish(ids)
+        get_notifier().publish(ids, progress)

@@ -18,6 +18,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.actions.hot_path import progress_from_row, progress_returning
 from apps.actions.models import ACTIVE_STATUSES, Action, ActionStatus
 from apps.actions.notify import publish_action_ended
 from apps.policies.models import Policy, PolicyKind
@@ -126,10 +127,17 @@ _SCHEDULE_ROW = (
     f"UPDATE {TABLE} SET status = %s, allocation = %s, node_id = %s, scheduled_at = %s, "
     "attempts = %s WHERE id = %s AND status = %s"
 )
-_FINISH_ROW = (
-    f"UPDATE {TABLE} SET status = %s, finished_at = %s, started_at = %s, exit_code = %s, "
-    "output = %s, error_reason = %s WHERE id = %s AND status IN (%s, %s, %s)"
+_FINISH_SET = (
+    "SET status = %s, finished_at = %s, started_at = %s, exit_code = %s, output = %s, "
+    "error_reason = %s WHERE id = %s AND status IN (%s, %s, %s)"
 )
+_FINISH_ROW = f"UPDATE {TABLE} {_FINISH_SET}"
+_FINISH_ROW_AS_A = f"UPDATE {TABLE} AS a {_FINISH_SET}"  # PostgreSQL: RETURNING names ``a``
+
+# An end published with the rows it wrote (``notify``: the waiter answers without reading the
+# row) when the batch is this small; a bigger one publishes ids and its waiters read the rows.
+PROGRESS_IN_NOTICE_UP_TO = 32
+PROGRESS_IN_NOTICE_CHARS = 64 * 1024
 
 
 class _SetBasedWriter:
@@ -172,21 +180,24 @@ class _SetBasedWriter:
         )
         return {row[0] for row in self.cursor.fetchall()}
 
-    def finish(self, rows: list[tuple[Any, ...]]) -> None:
+    def finish(self, rows: list[tuple[Any, ...]], *, returning: bool) -> list[tuple[Any, ...]]:
+        """``returning``: answer each moved row's id and progress (``progress_returning``)."""
+        tail = f" RETURNING {progress_returning(connection.vendor)}" if returning else ""
         if len(rows) == 1:
-            self.cursor.execute(_FINISH_ROW, (*rows[0][1:], rows[0][0], *ACTIVE))
-            return
-        ids, statuses, finished, started, codes, outputs, reasons = _columns(rows, 7)
-        self.cursor.execute(
-            f"UPDATE {TABLE} AS a SET status = v.status, finished_at = v.finished_at, "
-            "started_at = v.started_at, exit_code = v.exit_code, output = v.output, "
-            "error_reason = v.reason "
-            "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], "
-            "%s::int[], %s::text[], %s::text[]) "
-            "AS v(id, status, finished_at, started_at, exit_code, output, reason) "
-            "WHERE a.id = v.id AND a.status IN (%s, %s, %s)",
-            [ids, statuses, finished, started, codes, outputs, reasons, *ACTIVE],
-        )
+            self.cursor.execute(_FINISH_ROW_AS_A + tail, (*rows[0][1:], rows[0][0], *ACTIVE))
+        else:
+            ids, statuses, finished, started, codes, outputs, reasons = _columns(rows, 7)
+            self.cursor.execute(
+                f"UPDATE {TABLE} AS a SET status = v.status, finished_at = v.finished_at, "
+                "started_at = v.started_at, exit_code = v.exit_code, output = v.output, "
+                "error_reason = v.reason "
+                "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], "
+                "%s::int[], %s::text[], %s::text[]) "
+                "AS v(id, status, finished_at, started_at, exit_code, output, reason) "
+                f"WHERE a.id = v.id AND a.status IN (%s, %s, %s){tail}",
+                [ids, statuses, finished, started, codes, outputs, reasons, *ACTIVE],
+            )
+        return self.cursor.fetchall() if returning else []
 
 
 def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
@@ -305,6 +316,7 @@ class DjangoActionStore:
         """One transaction. Requeues first: an action lost and rescheduled in the same batch is
         requeued, then scheduled again (the scheduled UPDATE's guard is ``status = queued``)."""
         moved: set[int] = set()
+        progress: dict[int, dict[str, Any]] = {}
         kinds = sum(1 for changes in (requeued, scheduled, finished) if changes)
         # One statement on PostgreSQL is atomic by itself: a batch of one kind of change (the
         # common case: a dispatch, or a result) skips BEGIN and COMMIT, two round trips.
@@ -350,12 +362,14 @@ class DjangoActionStore:
                     for u in finished
                 ]
                 if writer is not None:
-                    writer.finish(rows_f)
+                    returned = writer.finish(rows_f, returning=_progress_fits(rows_f))
+                    progress = {row[0]: progress_from_row(row[1:]) for row in returned}
                 else:
                     cursor.executemany(_FINISH_ROW, [(*row[1:], row[0], *ACTIVE) for row in rows_f])
             ended = [u.action_id for u in finished]
             if ended:
-                transaction.on_commit(functools.partial(publish_action_ended, ended))
+                publish = functools.partial(publish_action_ended, ended, progress or None)
+                transaction.on_commit(publish)
         return Applied(scheduled=frozenset(moved), ended=tuple(ended))
 
     def mark_running(self, action_ids: Sequence[int], at: float) -> None:
@@ -412,6 +426,14 @@ class DjangoActionStore:
                 return None
             self._node_ids[name] = pk
         return self._node_ids[name]
+
+
+def _progress_fits(rows: Sequence[tuple[Any, ...]]) -> bool:
+    """Whether the ends of ``rows`` (finish rows: output at index 5) are published with their
+    rows: a handful, with short outputs (every web process receives every notice)."""
+    if len(rows) > PROGRESS_IN_NOTICE_UP_TO:
+        return False
+    return sum(len(row[5]) for row in rows) <= PROGRESS_IN_NOTICE_CHARS
 
 
 def _json(value: Any) -> str:

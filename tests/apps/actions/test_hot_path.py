@@ -13,8 +13,8 @@ from django.http import Http404
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from apps.actions import hot_path, services
-from apps.actions.apis import ActionOutputSerializer, reread_progress
+from apps.actions import hot_path, notify, services
+from apps.actions.apis import ActionOutputSerializer, catch_up
 from apps.actions.models import Action, ActionStatus
 from tests.factories import ActionFactory, JobFactory, NodeFactory, PoolFactory, ToolFactory
 
@@ -119,5 +119,5 @@ def test_refresh_progress_of_a_deleted_action_raises_and_the_api_says_404() -> N
     Action.objects.filter(pk=action.pk).delete()
     with pytest.raises(Action.DoesNotExist):
         hot_path.refresh_progress(action)
-    with pytest.raises(Http404):
-        reread_progress(action)
+    with notify.InProcessNotifier().subscribe(action.pk) as subscription, pytest.raises(Http404):
+        catch_up(action, subscription)  # no row published with the end: read back, and gone

@@ -254,3 +254,26 @@ def test_a_malformed_message_does_not_stop_the_listener(notifier: notify.RedisNo
     notifier.publish([301])
     waiter.join(5)
     assert waiter.woken is True
+
+
+@pytest.mark.redis
+def test_an_end_published_with_its_row_reaches_the_waiter_with_it(
+    notifier: notify.RedisNotifier,
+) -> None:
+    """The row rides along to the waiters of its id only; an end without rows leaves none."""
+    row = {"status": "succeeded", "output": "ü\n", "finished_at": "2026-11-21T18:00:00.1234+00:00"}
+    with notifier.subscribe(401) as first, notifier.subscribe(402) as second:
+        notifier.publish([401, 402], {401: row})
+        assert first.wait(5) and second.wait(5)
+        assert first.progress_of(401) == row
+        assert second.progress_of(402) is None  # ended, but published without its row
+
+
+def test_a_notice_is_ids_or_ids_with_rows_and_anything_else_is_refused() -> None:
+    assert notify.encode_notice([3, 4]) == "3,4"
+    assert notify.decode_notice(b"3,4") == ([3, 4], None)
+    row = {"status": "failed", "exit_code": 2}
+    assert notify.decode_notice(notify.encode_notice([3, 4], {4: row})) == ([3, 4], {4: row})
+    for malformed in ("not-an-id", '{"ids": [1]}', '{"ids": "x", "progress": {}}', "{oops"):
+        with pytest.raises(ValueError):
+            notify.decode_notice(malformed)
