@@ -32,7 +32,7 @@ from workers.algorithms.tangram import (
 from workers.scheduler.records import ActionRecord, FinishUpdate, RequeueUpdate, ScheduledUpdate
 from workers.scheduler.specs import action_spec, allocation_json, dispatch_for, spec_id
 from workers.scheduler.store import ActionStore
-from workers.threads import OwnThreads
+from workers.threads import BlockingCalls, InlineCalls, OwnThreads
 from workers.transport import (
     SCHEDULER_GROUP,
     ActionResult,
@@ -64,6 +64,10 @@ class ServiceConfig:
     policy_refresh_s: float = 1.0
     read_count: int = 1024
     block_ms: int = 100
+    # Store calls on the event loop's own thread instead of a thread of their own
+    # (workers/threads.py ``InlineCalls``): for a process that runs nothing but this service,
+    # whose store may be called from its loop (``run_scheduler`` allows Django to be).
+    store_inline: bool = False
 
 
 @dataclass
@@ -121,8 +125,11 @@ class SchedulerService:
         # Event batches and housekeeping passes never interleave (both touch the same state).
         self._lock = asyncio.Lock()
         # Store calls run on a thread of their own (workers/threads.py): one is enough (the
-        # service is serial) and keeps one database connection.
-        self._store_thread = OwnThreads(1, f"loom-store-{config.pool}")
+        # service is serial) and keeps one database connection. Or, in a process of its own, on
+        # the loop's thread: the loop waits for each store call anyway, so the hand-over is waste.
+        self._store_calls: BlockingCalls = (
+            InlineCalls() if config.store_inline else OwnThreads(1, f"loom-store-{config.pool}")
+        )
         self._broken = False  # a pass failed half-way: rebuild from the store before going on
         self.recoveries = 0
 
@@ -169,7 +176,7 @@ class SchedulerService:
             housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await housekeeping
-            self._store_thread.close()
+            self._store_calls.close()
 
     async def _recover(self) -> None:
         """Forget the in-memory state and rebuild it as a restarted process would."""
@@ -192,8 +199,8 @@ class SchedulerService:
         """State from the store plus this group's unacknowledged events (crash recovery)."""
         pool = self.config.pool
         await self.transport.ensure_group(self._events, SCHEDULER_GROUP)
-        self.kind = await self._store_thread.run(self.store.pool_kind, pool)
-        for register in await self._store_thread.run(self.store.load_nodes, pool):
+        self.kind = await self._store_calls.run(self.store.pool_kind, pool)
+        for register in await self._store_calls.run(self.store.load_nodes, pool):
             self.nodes[register.node_id] = register
             self.last_seen[register.node_id] = self.clock()
         self.scheduler = ElasticScheduler(await self._build_topology())
@@ -202,7 +209,7 @@ class SchedulerService:
         await self._refresh_drains()
         now = self.clock()
         redispatch: list[tuple[_Active, Assignment]] = []
-        records = await self._store_thread.run(self.store.load_active, pool)
+        records = await self._store_calls.run(self.store.load_active, pool)
         for record in records:
             if record.status == "queued":
                 self._submit(record, now)
@@ -271,15 +278,15 @@ class SchedulerService:
             to_load = [i for i in unknown if i not in carried]
             records = [carried[i] for i in unknown if i in carried]
             if to_load:
-                records += await self._store_thread.run(
+                records += await self._store_calls.run(
                     self.store.load_queued, self.config.pool, to_load
                 )
             for record in sorted(records, key=lambda r: (r.submitted_at, r.action_id)):
                 self._submit(record, now)
         if heartbeats:
-            await self._store_thread.run(self.store.record_heartbeats, sorted(set(heartbeats)), now)
+            await self._store_calls.run(self.store.record_heartbeats, sorted(set(heartbeats)), now)
         if executing:
-            await self._store_thread.run(self.store.mark_running, executing, now)
+            await self._store_calls.run(self.store.mark_running, executing, now)
         await self._schedule_and_persist(batch, now)
         if deliveries:
             await self.transport.ack(
@@ -303,7 +310,7 @@ class SchedulerService:
             )
             started.append((active, assignment, attempt))
         if scheduled or batch.finished or batch.requeued:
-            applied = await self._store_thread.run(
+            applied = await self._store_calls.run(
                 self.store.apply,
                 scheduled=scheduled,
                 finished=batch.finished,
@@ -419,7 +426,7 @@ class SchedulerService:
                 batch.cancels.append((active.node, Cancel(action_id=key, attempt=active.attempt)))
 
     async def _on_register(self, register: NodeRegister, now: float) -> None:
-        await self._store_thread.run(self.store.upsert_node, register)
+        await self._store_calls.run(self.store.upsert_node, register)
         self.last_seen[register.node_id] = now
         known = register.node_id in self.nodes
         self.nodes[register.node_id] = register
@@ -478,7 +485,7 @@ class SchedulerService:
         self._check_nodes(batch, now)
         if self._offline:
             offline, self._offline = self._offline, []
-            await self._store_thread.run(self.store.mark_nodes_offline, offline)
+            await self._store_calls.run(self.store.mark_nodes_offline, offline)
         self._check_deadlines(batch, now)
         if refresh_policy:
             await self._refresh_policy()
@@ -524,7 +531,7 @@ class SchedulerService:
 
     async def _refresh_drains(self) -> None:
         """Operators drain nodes from the dashboard: running actions finish, nothing new lands."""
-        draining = await self._store_thread.run(self.store.draining_nodes, self.config.pool)
+        draining = await self._store_calls.run(self.store.draining_nodes, self.config.pool)
         if draining == self.draining:
             return
         if self.kind == "cpu" and self.scheduler is not None:
@@ -541,7 +548,7 @@ class SchedulerService:
 
     async def _refresh_policy(self) -> None:
         assert self.scheduler is not None
-        loaded = await self._store_thread.run(self.store.load_policy, self.config.pool)
+        loaded = await self._store_calls.run(self.store.load_policy, self.config.pool)
         if loaded is None or loaded[0] == self.policy_version:
             return
         version, settings = loaded
@@ -615,7 +622,7 @@ class SchedulerService:
 
     async def _build_topology(self) -> Topology:
         if self.kind == "api":
-            limits = await self._store_thread.run(self.store.api_limits, self.config.pool)
+            limits = await self._store_calls.run(self.store.api_limits, self.config.pool)
             return BasicTopology(
                 {
                     name: BasicLimit(concurrency=c, quota=q, period_s=p or 60.0)

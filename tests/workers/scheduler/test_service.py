@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,15 @@ import pytest
 from tests.workers.scheduler.memory_store import MemoryStore
 from workers.agents.common.agent import AgentSettings
 from workers.agents.cpu import CpuAgent, LocalBackend
-from workers.scheduler import ActionRecord, Applied, SchedulerService, ServiceConfig
+from workers.scheduler import (
+    ActionRecord,
+    Applied,
+    FinishUpdate,
+    RequeueUpdate,
+    ScheduledUpdate,
+    SchedulerService,
+    ServiceConfig,
+)
 from workers.scheduler.specs import dispatch_for, dispatch_kind
 from workers.transport import ActionsSubmitted, InProcessTransport, StreamNames
 
@@ -40,7 +49,8 @@ def _record(action_id: int, command: str | None, **fields: object) -> ActionReco
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, store: MemoryStore) -> None:
+    def __init__(self, tmp_path: Path, store: MemoryStore, *, store_inline: bool = False) -> None:
+        self.store_inline = store_inline
         self.transport = InProcessTransport()
         self.streams = StreamNames(prefix="svc-test")
         self.store = store
@@ -63,7 +73,9 @@ class Harness:
     async def start_service(self) -> SchedulerService:
         self.stop = asyncio.Event()
         self.service = SchedulerService(
-            config=ServiceConfig(pool=POOL, housekeeping_interval_s=0.1, block_ms=20),
+            config=ServiceConfig(
+                pool=POOL, housekeeping_interval_s=0.1, block_ms=20, store_inline=self.store_inline
+            ),
             transport=self.transport,
             store=self.store,
             streams=self.streams,
@@ -98,15 +110,46 @@ class Harness:
             await asyncio.sleep(0.02)
 
 
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
-    running = Harness(tmp_path, MemoryStore())
+@pytest.fixture(params=[False, True], ids=["store-thread", "store-inline"])
+async def harness(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    """Both ways to call the store: a thread of its own, the loop's thread (run_scheduler)."""
+    running = Harness(tmp_path, ThreadNotingStore(), store_inline=request.param)
     await running.start_service()
     await running.agent.start()
     try:
         yield running
     finally:
         await running.close()
+
+
+class ThreadNotingStore(MemoryStore):
+    """Notes the thread of every ``apply``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.apply_threads: set[int] = set()
+
+    def apply(
+        self,
+        *,
+        scheduled: Sequence[ScheduledUpdate] = (),
+        finished: Sequence[FinishUpdate] = (),
+        requeued: Sequence[RequeueUpdate] = (),
+    ) -> Applied:
+        self.apply_threads.add(threading.get_ident())
+        return super().apply(scheduled=scheduled, finished=finished, requeued=requeued)
+
+
+async def test_the_store_is_called_where_the_config_says(harness: Harness) -> None:
+    harness.store.records[7] = _record(7, None)
+    await harness.submit(7)
+    await harness.wait_status(7, {"succeeded"})
+    assert isinstance(harness.store, ThreadNotingStore)
+    loop_thread = threading.get_ident()  # the test's loop is the service's
+    if harness.store_inline:
+        assert harness.store.apply_threads == {loop_thread}
+    else:
+        assert harness.store.apply_threads and loop_thread not in harness.store.apply_threads
 
 
 async def test_restart_redispatches_without_running_twice(harness: Harness, tmp_path: Path) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 from typing import Any
 
+import uvloop
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -53,10 +55,16 @@ class Command(BaseCommand):
             max_attempts=options["max_attempts"],
             heartbeat_timeout_s=options["heartbeat_timeout"],
             result_grace_s=options["result_grace"],
+            store_inline=True,
         )
         prefix = options["stream_prefix"] or key_prefix()
+        # This process runs nothing but the service, whose loop waits for every store call: the
+        # calls run on the loop's thread (ServiceConfig.store_inline), so Django must allow ORM
+        # use there. Safe here: each store call is one synchronous call without an await inside,
+        # so nothing interleaves on the connection.
+        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
         try:
-            asyncio.run(self._serve(config, StreamNames(prefix=prefix)))
+            uvloop.run(self._serve(config, StreamNames(prefix=prefix)))
         except LookupError as exc:
             raise CommandError(str(exc)) from exc
 
