@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -25,6 +26,7 @@ class MemoryStore:
         self.nodes: dict[str, NodeRegister] = {}
         self.policy: tuple[int, dict[str, Any]] | None = None
         self.draining: set[str] = set()
+        self.apply_threads: set[int] = set()  # the threads ``apply`` was called on
 
     def pool_kind(self, pool: str) -> str:
         return "cpu"
@@ -52,6 +54,7 @@ class MemoryStore:
         finished: Sequence[FinishUpdate] = (),
         requeued: Sequence[RequeueUpdate] = (),
     ) -> Applied:
+        self.apply_threads.add(threading.get_ident())
         for update in requeued:
             record = self.records[update.action_id]
             if record.status in ("scheduled", "running"):
