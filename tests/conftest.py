@@ -79,3 +79,12 @@ def _fresh_submit_catalog() -> None:
     from apps.resources.generation import bump
 
     bump()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_key_cache() -> None:
+    """Likewise for verified API keys (``apps.jobs.key_cache``): rolled-back keys, jobs and users
+    send no signal, so no test inherits the rows an earlier one cached."""
+    from apps.jobs import key_cache
+
+    key_cache.clear()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -15,11 +15,15 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from apps.jobs import key_cache
 from apps.jobs.models import ApiKey, Job
 
 KEY_PREFIX = "loom_"
 NODE_TOKEN_PREFIX = "loomnode_"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+# A cached row is never touched: it is re-read (and touched if stale) every KEY_CACHE_TTL_S, so
+# a key in use has its last_used_at at most LAST_USED_RESOLUTION + KEY_CACHE_TTL_S old.
+assert timedelta(seconds=key_cache.KEY_CACHE_TTL_S) < LAST_USED_RESOLUTION
 log = logging.getLogger("loom.auth")
 
 
@@ -57,11 +61,8 @@ class BearerKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 "a node token only authenticates node heartbeats; use an API key"
             )
-        row = _key_row(hash_key(token))
-        if row is None:
-            raise exceptions.AuthenticationFailed("unknown API key")
-        if row.revoked or (row.job_id is None and not (row.user_active and row.user_staff)):
-            self._refuse(hash_key(token))
+        key_hash = hash_key(token)
+        row = key_cache.get(key_hash) or self._verified_row(key_hash)
         key = ApiKey.from_db(
             DEFAULT_DB_ALIAS,
             ["id", "job_id", "user_id", "prefix"],
@@ -80,14 +81,27 @@ class BearerKeyAuthentication(authentication.BaseAuthentication):
             user = User.from_db(
                 DEFAULT_DB_ALIAS, ["id", "is_active", "is_staff"], [row.user_id, True, True]
             )
+        return user, key
+
+    def _verified_row(self, key_hash: str) -> _KeyRow:
+        """Read the key from the database, refuse it or touch its last use, and cache it."""
+        ticket = key_cache.ticket()
+        row = _key_row(key_hash)
+        if row is None:
+            raise exceptions.AuthenticationFailed("unknown API key")
+        if row.revoked or (row.job_id is None and not (row.user_active and row.user_staff)):
+            self._refuse(key_hash)
         if row.last_used_stale:
             try:
-                ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+                ApiKey.objects.filter(pk=row.key_id).update(last_used_at=timezone.now())
             except OperationalError:
                 # Bookkeeping at one-minute resolution: a write lock held elsewhere (SQLite)
-                # must not fail the request; the next request touches it.
-                log.debug("last_used_at of key %s not touched", key.prefix, exc_info=True)
-        return user, key
+                # must not fail the request; the next request touches it (so: not cached).
+                log.debug("last_used_at of key %s not touched", row.prefix, exc_info=True)
+                return row
+            row = replace(row, last_used_stale=False)
+        key_cache.put(key_hash, row, ticket)
+        return row
 
     def _refuse(self, key_hash: str) -> NoReturn:
         """A key that exists but may not act: say why (the rare path, read through the ORM)."""

@@ -9,6 +9,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from apps.jobs import key_cache
 from apps.jobs.authentication import KEY_PREFIX, hash_key
 from apps.jobs.models import ApiKey, Job, JobStatus
 
@@ -47,6 +48,7 @@ def api_key_revoke(*, api_key: ApiKey) -> bool:
     changed = ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=now)
     if changed:
         api_key.revoked_at = now
+        key_cache.auth_changed()  # update() sends no post_save
     return changed == 1
 
 
