@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from controlplane.redis_client import key_prefix, redis_client
+from controlplane.redis_listener import listen
 
 LISTENER_CONNECT_WAIT_S = 2.0
 LISTENER_DOWN_POLL_S = 0.5
@@ -178,32 +179,31 @@ class RedisNotifier:
         self.listening.wait(LISTENER_CONNECT_WAIT_S)  # the first waiter of a process only
 
     def _listen(self) -> None:
-        import redis
+        listen(
+            lambda: self.client.pubsub(),
+            self.channel,
+            on_subscribed=self._subscribed,
+            on_message=self._message,
+            on_lost=self._lost,
+            idle_s=lambda: LISTENER_IDLE_S,
+        )
 
-        while True:
-            pubsub = self.client.pubsub()
-            try:
-                pubsub.subscribe(self.channel)
-                while True:
-                    message = pubsub.get_message(timeout=LISTENER_IDLE_S)
-                    if message is None:
-                        continue
-                    if message["type"] == "subscribe":
-                        self.listening.set()
-                        self.local.wake_all()  # whatever ended while nobody listened
-                    elif message["type"] == "message":
-                        try:
-                            ids, progress = decode_notice(message["data"])
-                        except ValueError:
-                            log.warning("ignored a malformed message on %s", self.channel)
-                            continue
-                        self.local.publish(ids, progress)
-            except redis.RedisError:
-                self.listening.clear()
-                log.warning("action-ended listener lost Redis; reconnecting", exc_info=True)
-                time.sleep(LISTENER_RETRY_S)
-            finally:
-                pubsub.close()
+    def _subscribed(self) -> None:
+        self.listening.set()
+        self.local.wake_all()  # whatever ended while nobody listened
+
+    def _message(self, data: bytes) -> None:
+        try:
+            ids, progress = decode_notice(data)
+        except ValueError:
+            log.warning("ignored a malformed message on %s", self.channel)
+            return
+        self.local.publish(ids, progress)
+
+    def _lost(self, error: Exception) -> None:
+        self.listening.clear()
+        log.warning("action-ended listener lost Redis; reconnecting", exc_info=error)
+        time.sleep(LISTENER_RETRY_S)
 
 
 def encode_notice(action_ids: Iterable[int], progress: Progress | None = None) -> str:

@@ -31,6 +31,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, transaction
 
 from controlplane.redis_client import key_prefix, redis_client
+from controlplane.redis_listener import listen
 
 if TYPE_CHECKING:
     from apps.jobs.authentication import _KeyRow
@@ -114,29 +115,28 @@ class Listener:
 
     def _listen(self) -> None:
         try:
-            while not self.closing.is_set():
-                pubsub = self.client.pubsub()
-                try:
-                    pubsub.subscribe(self.channel)
-                    while not self.closing.is_set():
-                        message = pubsub.get_message(timeout=LISTENER_IDLE_S)
-                        if message is None:
-                            continue
-                        if message["type"] == "subscribe":
-                            _entries.clear()
-                            self.listening.set()
-                        elif message["type"] == "message":
-                            _entries.clear()
-                except redis.RedisError:
-                    self.listening.clear()
-                    _entries.clear()
-                    log.warning("auth-changed listener lost Redis; reconnecting", exc_info=True)
-                    self.closing.wait(LISTENER_RETRY_S)
-                finally:
-                    pubsub.close()
+            listen(
+                lambda: self.client.pubsub(),
+                self.channel,
+                on_subscribed=self._subscribed,
+                on_message=lambda _: _entries.clear(),
+                on_lost=self._lost,
+                idle_s=lambda: LISTENER_IDLE_S,
+                keep_going=lambda: not self.closing.is_set(),
+            )
         finally:  # whatever ended the thread, the cache must not be trusted without it
             self.listening.clear()
             _entries.clear()
+
+    def _subscribed(self) -> None:
+        _entries.clear()
+        self.listening.set()
+
+    def _lost(self, error: Exception) -> None:
+        self.listening.clear()
+        _entries.clear()
+        log.warning("auth-changed listener lost Redis; reconnecting", exc_info=error)
+        self.closing.wait(LISTENER_RETRY_S)
 
 
 _listeners: dict[tuple[str, str], Listener] = {}
