@@ -88,3 +88,17 @@ def _fresh_key_cache() -> None:
     from apps.jobs import key_cache
 
     key_cache.clear()
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """``LOOM_TEST_REDIS_URL``; skips the test, saying why, when that Redis is unreachable."""
+    import redis
+    from django.conf import settings
+
+    url: str = settings.LOOM_TEST_REDIS_URL
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"Redis at {url} is not reachable: {exc}")
+    return url

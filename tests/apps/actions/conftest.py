@@ -11,8 +11,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
-from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 from loom import AsyncClient
@@ -46,16 +44,6 @@ async def loom(tmp_path: Path) -> AsyncIterator[tuple[AsyncClient, EmbeddedRunti
     finally:
         await client.close()
         await runtime.stop()
-
-
-@pytest.fixture
-def redis_url() -> str:
-    url: str = settings.LOOM_TEST_REDIS_URL
-    try:
-        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
-    except redis.RedisError as exc:
-        pytest.skip(f"Redis at {url} is not reachable: {exc}")
-    return url
 
 
 @pytest.fixture

@@ -12,21 +12,10 @@ from typing import Any
 
 import pytest
 import redis
-from django.conf import settings
 
 from apps.actions import notify
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def redis_url() -> str:
-    url: str = settings.LOOM_TEST_REDIS_URL
-    try:
-        redis.Redis.from_url(url).ping()
-    except redis.ConnectionError:
-        pytest.skip(f"no Redis at {url}")
-    return url
 
 
 def _channel() -> str:

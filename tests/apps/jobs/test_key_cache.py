@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import redis
-from django.conf import settings as django_settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -181,16 +180,6 @@ def test_the_ttl_is_shorter_than_the_last_used_resolution() -> None:
 
 
 # --- Redis mode ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def redis_url() -> str:
-    url: str = django_settings.LOOM_TEST_REDIS_URL
-    try:
-        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
-    except redis.RedisError as error:
-        pytest.skip(f"Redis at {url} is not reachable: {error}")
-    return url
 
 
 @contextlib.contextmanager
