@@ -20,6 +20,7 @@ read before a change never outlives the invalidation of that change.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -105,7 +106,6 @@ class Listener:
         self.channel = channel
         self.listening = threading.Event()
         self.closing = threading.Event()
-        self.pid = os.getpid()
         self.thread = threading.Thread(target=self._listen, name="loom-auth-changed", daemon=True)
 
     def close(self) -> None:
@@ -153,7 +153,7 @@ def listener(url: str) -> Listener:
     global _listeners_pid
     name = channel()
     current = _listeners.get((url, name))
-    if current is not None and current.pid == os.getpid() and current.listening.is_set():
+    if current is not None and _listeners_pid == os.getpid() and current.listening.is_set():
         return current  # the per-request path: no lock
     with _listeners_lock:
         if _listeners_pid != os.getpid():
@@ -211,13 +211,19 @@ def auth_changed(using: str = DEFAULT_DB_ALIAS) -> None:
     transaction.on_commit(_committed, using=using)
 
 
+@functools.cache
+def _publisher(url: str) -> redis.Redis:
+    """One client (and connection pool) per URL for this process's announcements."""
+    return redis_client(url)
+
+
 def _committed() -> None:
     clear()
     url: str | None = getattr(settings, "REDIS_URL", None)
     if url is None:
         return
     try:
-        redis_client(url).publish(channel(), b"1")
+        _publisher(url).publish(channel(), b"1")
     except redis.RedisError:
         # The write is committed; other processes drop the row within KEY_CACHE_TTL_S, and a
         # Redis that refuses this publish has most likely unsubscribed their listeners already.
