@@ -1,6 +1,8 @@
 # Loom: `make demo` runs the embedded control plane; `make test` runs the whole suite.
 # Neither relies on anything installed by hand: both create .venv and install from requirements/,
-# build the dashboard with npm, and (test) install Chromium and Docker from Debian's packages.
+# build the dashboard with npm, and (test) install Chromium, Docker and bubblewrap from Debian's
+# packages and start a throwaway PostgreSQL and Redis where none is reachable
+# (deploy/dev/with-services.sh, which stops what it started).
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -12,7 +14,7 @@ FRONTEND_SOURCES := $(shell find frontend/src -type f 2>/dev/null) frontend/inde
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/loom
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: demo test lint bench venv frontend frontend-test system-deps test-postgres test-sqlite
+.PHONY: demo test test-all lint bench venv frontend frontend-test system-deps test-postgres test-sqlite
 
 $(STAMP): requirements/base.txt requirements/dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -35,13 +37,15 @@ frontend: $(DIST)
 frontend-test: $(NODE_STAMP)
 	cd frontend && npm test
 
-# Browser tests drive Debian's Chromium; Docker tests start their own dockerd. Both skip with the
-# reason printed when these cannot be installed (no root, no apt).
+# Browser tests drive Debian's Chromium; Docker tests start their own dockerd; local actions run in
+# bubblewrap. The tests needing them skip with the reason printed when these cannot be installed
+# (no root, no apt).
 system-deps:
 	@missing=""; \
 	test -x /usr/bin/chromium || missing="$$missing chromium"; \
 	command -v dockerd >/dev/null || missing="$$missing docker.io"; \
 	command -v busybox >/dev/null || missing="$$missing busybox-static"; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing:$$missing"; \
@@ -64,7 +68,10 @@ test-postgres: $(STAMP) $(DIST) system-deps
 test-sqlite: $(STAMP) $(DIST)
 	DATABASE_URL= $(VENV)/bin/pytest --create-db -m "not e2e and not docker" tests/apps
 
-test: lint frontend-test test-postgres test-sqlite
+test:
+	deploy/dev/with-services.sh $(MAKE) test-all
+
+test-all: lint frontend-test test-postgres test-sqlite
 
 bench: $(STAMP)
 	$(PY) -m bench all --quick
