@@ -9,18 +9,29 @@ agent kills whatever still carries it (found in the host's /proc, restricted to 
 cgroup), so neither a timed-out tree nor a fork-and-leave child survives. Containers are removed
 when the trajectory ends or stays idle past ``idle_ttl_s``. Talks to dockerd with the ``docker``
 CLI (asyncio subprocesses): no SDK needed, and the same CLI works against any daemon.
+
+Containers are sandboxes (docker_sandbox.py): a fixed non-root uid, no capabilities, read-only
+root, a pids limit, no network except while a dispatch whose tool allows it runs, and one mount:
+the trajectory's working directory, a host directory of its own under ``work_root`` (outside the
+repository) or, when dockerd is remote, a tmpfs. Only the dispatch's env and ``LOOM_*`` variables
+set here reach an action; the agent's own environment never does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import shlex
+import shutil
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from workers.agents.common import procs
 from workers.agents.common.sysinfo import format_cpu_list
@@ -31,11 +42,26 @@ from workers.agents.cpu.backend import (
     safe_name,
     supervise,
 )
+from workers.agents.cpu.docker_sandbox import (
+    NetworkGate,
+    SandboxPolicy,
+    UnsafeContainer,
+    check_hardened,
+    check_outside_repository,
+    workdir_mount_args,
+)
 from workers.transport.messages import Dispatch
 
 logger = logging.getLogger(__name__)
 
+
+def dispatch_wants_network(dispatch: Dispatch) -> bool:
+    """Whether the dispatched tool may use the network (off unless the tool says so)."""
+    return bool(getattr(dispatch, "network", False))  # TODO: the Dispatch field, once it lands
+
+
 _PIPE_DRAIN_S = 10.0
+_CLI_VARIABLES = ("PATH", "HOME", "XDG_RUNTIME_DIR")  # plus DOCKER_*: what the CLI itself reads
 
 
 class DockerError(RuntimeError):
@@ -49,10 +75,19 @@ class _Container:
     init_pid: int
     last_used: float
     busy: int = 0
+    network: NetworkGate = field(default_factory=NetworkGate)
 
 
 class DockerBackend(ExecutionBackend):
-    """Runs actions with ``docker exec`` in per-trajectory containers (see module docstring)."""
+    """Runs actions with ``docker exec`` in per-trajectory containers (see module docstring).
+
+    ``tool_network``: the Docker network attached while a dispatch with ``network`` set runs
+    (created as a bridge without inter-container traffic when missing); every other exec sees
+    only a loopback interface. ``work_root``: host directory holding one working directory per
+    trajectory; by default a directory under the system temp dir when dockerd runs on this host
+    and the agent is root (it must hand the directory to the sandbox uid), otherwise working
+    directories are tmpfs mounts of ``tmpfs_workdir_mb`` (counted against the memory limit).
+    """
 
     name = "docker"
 
@@ -64,7 +99,10 @@ class DockerBackend(ExecutionBackend):
         docker_host: str | None = None,
         docker_bin: str = "docker",
         idle_ttl_s: float = 900.0,
-        network: str = "none",
+        policy: SandboxPolicy | None = None,
+        tool_network: str = "loom-tools",
+        work_root: Path | None = None,
+        tmpfs_workdir_mb: int = 2048,
         init_command: tuple[str, ...] = ("sleep", "2147483647"),
         workdir: str = "/work",
         shell: str = "/bin/sh",
@@ -75,16 +113,26 @@ class DockerBackend(ExecutionBackend):
         self.docker_host = docker_host
         self.docker_bin = docker_bin
         self.idle_ttl_s = idle_ttl_s
-        self.network = network
+        self.policy = policy or SandboxPolicy()
+        self.tool_network = tool_network
+        self.tmpfs_workdir_mb = tmpfs_workdir_mb
         self.init_command = init_command
         self.workdir = workdir
         self.shell = shell
         self.cli_timeout_s = cli_timeout_s
         self._containers: dict[str, _Container] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._cli_env = dict(os.environ)
+        self._tool_network_ready = False
+        self._cli_env = {
+            k: v for k, v in os.environ.items() if k in _CLI_VARIABLES or k.startswith("DOCKER_")
+        }
         if docker_host:
             self._cli_env["DOCKER_HOST"] = docker_host
+        if work_root is None and self.daemon_is_local and os.geteuid() == 0:
+            work_root = Path(tempfile.gettempdir()) / "loom-docker" / safe_name(node_id)
+        self.work_root = work_root.resolve() if work_root is not None else None
+        if self.work_root is not None:
+            check_outside_repository(self.work_root)
 
     @property
     def daemon_is_local(self) -> bool:
@@ -92,8 +140,11 @@ class DockerBackend(ExecutionBackend):
         host = self.docker_host or os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         return host.startswith("unix://")
 
-    async def docker(self, *args: str, timeout_s: float | None = None) -> str:
-        """Run one docker CLI command; returns stdout or raises DockerError."""
+    async def docker(
+        self, *args: str, timeout_s: float | None = None, tolerate: tuple[str, ...] = ()
+    ) -> str:
+        """Run one docker CLI command; returns stdout or raises DockerError (unless its message
+        contains one of ``tolerate``: an idempotent call finding its work already done)."""
         process = await asyncio.create_subprocess_exec(
             self.docker_bin,
             *args,
@@ -111,21 +162,46 @@ class DockerBackend(ExecutionBackend):
             await process.wait()
             raise DockerError(f"docker {args[0]} timed out") from None
         if process.returncode != 0:
-            raise DockerError(f"docker {' '.join(args[:2])}: {err.decode().strip()}")
+            message = err.decode().strip()
+            if any(t in message for t in tolerate):
+                return ""
+            raise DockerError(f"docker {' '.join(args[:2])}: {message}")
         return out.decode().strip()
 
     def container_name(self, key: str) -> str:
-        return f"loom-{safe_name(self.node_id, 40)}-{safe_name(key, 80)}"
+        """Unique per key: ``safe_name`` alone maps distinct ids (``a/b``, ``a_b``) together,
+        which would hand one trajectory another's container and files."""
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        return f"loom-{safe_name(self.node_id, 40)}-{safe_name(key, 60)}-{digest}"
 
-    async def _inspect(self, name: str) -> tuple[str, bool, int] | None:
+    def host_workdir(self, key: str) -> Path | None:
+        """The trajectory's working directory on this host (None: a tmpfs inside the container)."""
+        if self.work_root is None:
+            return None
+        return self.work_root / self.container_name(key)
+
+    def _make_host_workdir(self, directory: Path) -> None:
+        """Private to the sandbox uid; the parent is root-only so no host user browses them."""
+        assert self.work_root is not None
+        self.work_root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, exist_ok=True)
+        os.chown(directory, self.policy.uid, self.policy.gid)
+
+    def _remove_host_workdir(self, key: str) -> None:
+        directory = self.host_workdir(key)
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    async def _inspect(self, name: str) -> dict[str, Any] | None:
         try:
-            text = await self.docker(
-                "inspect", "-f", "{{.Id}} {{.State.Running}} {{.State.Pid}}", name
-            )
+            text = await self.docker("inspect", "--type", "container", name)
         except DockerError:
             return None
-        container_id, running, pid = text.split()
-        return container_id, running == "true", int(pid)
+        found: list[dict[str, Any]] = json.loads(text)
+        return found[0] if found else None
+
+    def _check(self, info: dict[str, Any], key: str) -> None:
+        check_hardened(info, self.policy, self.host_workdir(key), self.tool_network)
 
     async def _ensure_container(self, key: str, dispatch: Dispatch) -> _Container:
         lock = self._locks.setdefault(key, asyncio.Lock())
@@ -135,20 +211,28 @@ class DockerBackend(ExecutionBackend):
                 return known
             name = self.container_name(key)
             found = await self._inspect(name)
-            if found is not None and found[1]:  # adopt (e.g. after an agent restart)
-                container = _Container(name, found[0], found[2], time.time())
-            else:
+            container = None
+            if found is not None and found["State"]["Running"]:
+                try:
+                    self._check(found, key)  # adopted (an agent restart): still a sandbox?
+                    container = _Container(name, found["Id"], found["State"]["Pid"], time.time())
+                    container.network = NetworkGate(attached=None)  # its state is unknown
+                except UnsafeContainer as exc:
+                    logger.warning("replacing %s", exc)
+            if container is None:
                 if found is not None:
                     await self.docker("rm", "-f", name)
-                await self._create(name, key, dispatch)
-                inspected = await self._inspect(name)
-                if inspected is None:
-                    raise DockerError(f"container {name} vanished after creation")
-                container = _Container(name, inspected[0], inspected[2], time.time())
+                container = await self._create(name, key, dispatch)
             self._containers[key] = container
             return container
 
-    async def _create(self, name: str, key: str, dispatch: Dispatch) -> None:
+    async def _create(self, name: str, key: str, dispatch: Dispatch) -> _Container:
+        host_dir = self.host_workdir(key)
+        if host_dir is not None:
+            try:
+                await self.blocking(self._make_host_workdir, host_dir)
+            except OSError as exc:
+                raise DockerError(f"working directory {host_dir}: {exc}") from exc
         args = [
             "run",
             "-d",
@@ -159,9 +243,16 @@ class DockerBackend(ExecutionBackend):
             "--label",
             f"loom.sandbox={key}",
             "--network",
-            self.network,
+            "none",
             "--workdir",
             self.workdir,
+            *self.policy.run_args(),
+            *workdir_mount_args(
+                host_dir=host_dir,
+                target=self.workdir,
+                policy=self.policy,
+                size_mb=self.tmpfs_workdir_mb,
+            ),
         ]
         if dispatch.cores:
             args += ["--cpuset-cpus", format_cpu_list(dispatch.cores)]
@@ -169,6 +260,47 @@ class DockerBackend(ExecutionBackend):
             memory = f"{dispatch.memory_mb}m"
             args += ["--memory", memory, "--memory-swap", memory]
         await self.docker(*args, self.image, *self.init_command)
+        info = await self._inspect(name)
+        if info is None:
+            raise DockerError(f"container {name} vanished after creation")
+        try:
+            self._check(info, key)
+        except UnsafeContainer as exc:
+            await self.docker("rm", "-f", name)
+            raise DockerError(str(exc)) from exc
+        return _Container(name, info["Id"], info["State"]["Pid"], time.time())
+
+    async def _ensure_tool_network(self) -> None:
+        if self._tool_network_ready:
+            return
+        try:
+            await self.docker("network", "inspect", self.tool_network)
+        except DockerError:
+            await self.docker(
+                "network", "create", "--driver", "bridge",
+                "--opt", "com.docker.network.bridge.enable_icc=false",
+                "--label", "loom.tool-network=1",
+                self.tool_network,
+                tolerate=("already exists",),
+            )  # fmt: skip
+        self._tool_network_ready = True
+
+    async def _set_network(self, container: _Container, attached: bool) -> None:
+        """Attach the tool network (leaving Docker's ``none`` mode first) or detach it."""
+        if attached:
+            await self._ensure_tool_network()
+            await self.docker(
+                "network", "disconnect", "none", container.name, tolerate=("is not connected",)
+            )
+            await self.docker(
+                "network", "connect", self.tool_network, container.name,
+                tolerate=("already exists in network",),
+            )  # fmt: skip
+        else:
+            await self.docker(
+                "network", "disconnect", self.tool_network, container.name,
+                tolerate=("is not connected", "No such network", "not found"),
+            )  # fmt: skip
 
     def _oom_kills(self, container: _Container) -> int:
         """The kernel's OOM-kill counter of the container's memory cgroup (v1 or v2)."""
@@ -203,7 +335,10 @@ class DockerBackend(ExecutionBackend):
                     str(len(dispatch.cores)),
                     container.name,
                 )
-            return await self._exec(dispatch, container, started)
+            async with container.network.hold(
+                dispatch_wants_network(dispatch), lambda on: self._set_network(container, on)
+            ):
+                return await self._exec(dispatch, container, started)
         except DockerError as exc:
             return ExecOutcome(None, b"", False, started, time.time(), infra_error=str(exc))
         finally:
@@ -264,12 +399,14 @@ class DockerBackend(ExecutionBackend):
     async def clean_lost_attempt(self, dispatch: Dispatch) -> None:
         key = dispatch.trajectory_id or f"action-{dispatch.key}"
         found = await self._inspect(self.container_name(key))
-        if found is None or not found[1]:
+        if found is None or not found["State"]["Running"]:
             return
-        container = _Container(self.container_name(key), found[0], found[2], time.time())
+        container = _Container(
+            self.container_name(key), found["Id"], found["State"]["Pid"], time.time()
+        )
         await self._kill_exec(dispatch, container)
         if dispatch.trajectory_id is None:
-            await self.docker("rm", "-f", container.name)
+            await self._remove(key)
 
     async def _remove(self, key: str) -> None:
         container = self._containers.pop(key, None)
@@ -280,6 +417,8 @@ class DockerBackend(ExecutionBackend):
         except DockerError as exc:
             if "No such container" not in str(exc):
                 logger.error("removing %s failed: %s", name, exc)
+                return  # its files stay while a container may still use them
+        await self.blocking(self._remove_host_workdir, key)
 
     async def end_trajectory(self, trajectory_id: str) -> None:
         await self._remove(trajectory_id)
@@ -297,6 +436,9 @@ class DockerBackend(ExecutionBackend):
     async def close(self) -> None:
         for key in list(self._containers):
             await self._remove(key)
+        if self.work_root is not None:
+            with contextlib.suppress(OSError):
+                await self.blocking(self.work_root.rmdir)  # only when empty
         self.stop_blocking_threads()
 
     async def remove_node_containers(self) -> int:
@@ -305,4 +447,6 @@ class DockerBackend(ExecutionBackend):
         if ids:
             await self.docker("rm", "-f", *ids.split())
         self._containers.clear()
+        if self.work_root is not None:
+            await self.blocking(shutil.rmtree, self.work_root, True)
         return len(ids.split())
