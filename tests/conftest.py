@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
+import tempfile
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -70,6 +72,31 @@ def staff_session(db: Any) -> Actor:
     client = APIClient()
     client.force_login(user)
     return Actor(client=client, user=user)
+
+
+_DATABASE_SLOTS = 16
+_held_database_slot: list[IO[str]] = []
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """Concurrent pytest runs on one machine (an edit loop beside a full run) each get a test
+    database of their own: the first slot whose lock file no other live run holds. Slot 0 keeps
+    the plain name, so a lone run reuses the database ``--reuse-db`` kept."""
+    from pytest_django.fixtures import _set_suffix_to_test_databases
+
+    for slot in range(_DATABASE_SLOTS):
+        lock = open(f"{tempfile.gettempdir()}/loom-test-database-{slot}.lock", "w")  # noqa: SIM115
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        _held_database_slot.append(lock)  # held until this process exits
+        if slot:
+            _set_suffix_to_test_databases(suffix=f"slot{slot}")
+        return
+    pytest.exit(f"all {_DATABASE_SLOTS} test database slots are held by other pytest runs")
 
 
 @pytest.fixture(autouse=True)
