@@ -16,8 +16,11 @@ own error, its own timeout:
   long-poll. When it answers, its ended actions go to their callers and its other ids join the
   next long-poll with the newly awaited ones. At most ``max_polls`` long-polls are in flight: a new
   one beyond that absorbs the oldest (which is abandoned; the server frees its thread on the
-  hang-up), so a new id never waits behind long-running ones. A poll carries at most the
-  server's ``MAX_AWAIT_IDS``; more ids take more polls.
+  hang-up), so a new id never waits long behind long-running ones. Only a poll in flight for
+  ``absorb_after_s`` is absorbed; until then new ids wait for the next poll to answer. Absorbing
+  younger ones would livelock a busy server: with new ids arriving faster than it answers a
+  poll, every poll would be abandoned before its answer and no result would ever arrive. A poll
+  carries at most the server's ``MAX_AWAIT_IDS``; more ids take more polls.
 
 The sync ``Client`` gets the same from several threads: a call made while another is in flight
 runs as an ``AsyncClient`` call on a loop thread of its own (``LoopThread``).
@@ -42,6 +45,7 @@ SendAwait = Callable[[list[int], float], Awaitable[list[Action]]]  # ids, wait â
 T = TypeVar("T")
 MAX_BATCH = 1000  # items per coalesced submit (the server's LOOM_MAX_BATCH defaults to 10 000)
 MAX_POLLS = 4
+ABSORB_AFTER_S = 1.0  # a poll this old is waiting on long-running actions, not being answered
 
 
 class SubmitCoalescer:
@@ -115,14 +119,19 @@ class ResultCoalescer:
         wait_s: float,
         max_polls: int = MAX_POLLS,
         max_ids: int = MAX_AWAIT_IDS,
+        absorb_after_s: float = ABSORB_AFTER_S,
     ) -> None:
         self._send_await = send_await
         self._wait_s = wait_s
         self._max_polls = max_polls
         self._max_ids = max_ids
+        self._absorb_after_s = absorb_after_s
         self._waiters: dict[int, list[asyncio.Future[Action]]] = {}
         self._unsent: dict[int, None] = {}  # ids awaited but in no long-poll yet, in order
         self._polls: dict[asyncio.Task[None], dict[int, None]] = {}  # in flight, oldest first
+        self._sent_at: dict[asyncio.Task[None], float] = {}  # loop time each poll went out
+        self._retry_flush: asyncio.TimerHandle | None = None  # when the oldest may be absorbed
+        self._closed = False
         self._checks: set[asyncio.Task[None]] = set()  # ids looked at one by one after a refusal
         self._flush_scheduled = False
 
@@ -161,12 +170,25 @@ class ResultCoalescer:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        if self._closed:
+            return
         ids = [i for i in self._unsent if i in self._waiters]
         self._unsent.clear()
         if not ids:
             return
+        loop = asyncio.get_running_loop()
         if len(self._polls) >= self._max_polls:
             oldest, absorbed = next(iter(self._polls.items()))
+            age = loop.time() - self._sent_at[oldest]
+            if age < self._absorb_after_s:
+                # The polls in flight are young: the ids go out when one answers, or once the
+                # oldest has waited long enough to be absorbed.
+                self._unsent.update(dict.fromkeys(ids))
+                if self._retry_flush is None:
+                    self._retry_flush = loop.call_later(
+                        self._absorb_after_s - age, self._flush_on_timer
+                    )
+                return
             if len(absorbed) + len(ids) <= self._max_ids:
                 del self._polls[oldest]
                 oldest.cancel()
@@ -176,6 +198,11 @@ class ResultCoalescer:
             chunk = ids[start : start + self._max_ids]
             task = asyncio.create_task(self._poll(chunk))
             self._polls[task] = dict.fromkeys(chunk)
+            self._sent_at[task] = loop.time()
+
+    def _flush_on_timer(self) -> None:
+        self._retry_flush = None
+        self._flush()
 
     async def _poll(self, ids: list[int]) -> None:
         task = asyncio.current_task()
@@ -197,6 +224,9 @@ class ResultCoalescer:
             self._settle(ids, ended)
         finally:
             self._polls.pop(task, None)
+            self._sent_at.pop(task, None)
+            if self._unsent:  # ids held while every poll was in flight: a slot is free
+                self._schedule_flush()
 
     def _settle(self, ids: Sequence[int], ended: Sequence[Action]) -> None:
         """Hand ended actions to their callers; the other ids go into the next poll."""
@@ -229,6 +259,10 @@ class ResultCoalescer:
         _fail_all([f for i in ids for f in self._waiters.get(i, ())], exc)
 
     async def close(self) -> None:
+        self._closed = True
+        self._unsent.clear()
+        if self._retry_flush is not None:
+            self._retry_flush.cancel()
         polls = [*self._polls, *self._checks]
         self._polls.clear()
         for task in polls:

@@ -152,7 +152,8 @@ def ended(action_id: int) -> Action:
 class ScriptedAwait:
     """``POST /actions/await/`` as a function: answers once one of its ids is released."""
 
-    def __init__(self, refuse: frozenset[int] = frozenset()) -> None:
+    def __init__(self, refuse: frozenset[int] = frozenset(), answer_after_s: float = 0.0) -> None:
+        self.answer_after_s = answer_after_s  # how long the server takes over each poll
         self.calls: list[tuple[list[int], float]] = []
         self.cancelled: list[list[int]] = []
         self.released: set[int] = set()
@@ -168,6 +169,7 @@ class ScriptedAwait:
         if self.refuse & set(ids):
             raise NotFoundError(404, {"errors": [{"field": "ids[0]", "reason": "no action"}]})
         try:
+            await asyncio.sleep(self.answer_after_s)
             while not (done := [i for i in ids if i in self.released]) and wait_s > 0:
                 self.changed.clear()
                 await self.changed.wait()
@@ -192,19 +194,37 @@ async def test_results_awaited_in_one_turn_share_one_poll() -> None:
     assert not results.busy
 
 
-async def test_a_new_id_beyond_the_poll_limit_absorbs_the_oldest_poll() -> None:
+async def test_a_new_id_beyond_the_poll_limit_absorbs_the_oldest_poll_once_it_has_waited() -> None:
     server = ScriptedAwait()
-    results = ResultCoalescer(server, wait_s=30, max_polls=2)
+    results = ResultCoalescer(server, wait_s=30, max_polls=2, absorb_after_s=0.1)
     waits = []
     for action_id in (1, 2, 3):
         waits.append(asyncio.create_task(results.result(action_id)))
         await asyncio.sleep(0.01)  # each in its own turn: its own poll, up to the limit
+    assert [ids for ids, _ in server.calls] == [[1], [2]]  # 3 waits: the polls are young
+    await asyncio.sleep(0.1)
     assert [ids for ids, _ in server.calls] == [[1], [2], [1, 3]]
     assert server.cancelled == [[1]]
     server.release(3)
     assert (await waits[2]).id == 3
     server.release(1, 2)
     assert {(await w).id for w in waits} == {1, 2, 3}
+
+
+async def test_new_ids_arriving_faster_than_polls_answer_do_not_starve_them() -> None:
+    # Absorbing the oldest poll for every new id would abandon each poll before its answer
+    # came back: a steady stream of awaits would then never see a single result.
+    server = ScriptedAwait(answer_after_s=0.05)
+    results = ResultCoalescer(server, wait_s=30, max_polls=2, absorb_after_s=1.0)
+    waits = []
+    for action_id in range(1, 31):
+        server.release(action_id)  # ended already; the server still takes 50 ms per poll
+        waits.append(asyncio.create_task(results.result(action_id)))
+        await asyncio.sleep(0.01)
+    assert sum(w.done() for w in waits) >= 20  # results arrived while new ids kept coming
+    assert server.cancelled == []
+    assert [a.id for a in await asyncio.gather(*waits)] == list(range(1, 31))
+    assert max(len(ids) for ids, _ in server.calls) > 1  # the held ids went out together
 
 
 async def test_a_refused_id_fails_only_its_own_caller() -> None:
