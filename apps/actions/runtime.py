@@ -18,12 +18,15 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
+
 from apps.actions.scheduler_store import DjangoActionStore
 from apps.resources.models import PoolKind, ResourcePool
 from workers.agents.api.agent import ApiAgent
 from workers.agents.common.agent import AgentBase
 from workers.agents.cpu.agent import CpuAgent
-from workers.agents.cpu.local import LocalBackend
+from workers.agents.cpu.local import LocalBackend, make_private_root
+from workers.agents.cpu.sandbox import Sandbox, open_sandbox, python_runtime_binds
 from workers.scheduler import SchedulerService, ServiceConfig
 from workers.transport import InProcessTransport, Message, StreamNames, Transport
 
@@ -76,7 +79,11 @@ class EmbeddedRuntime:
             node_id = f"{host}-{name}"
             agent: AgentBase
             if kind == PoolKind.CPU:
-                backend = LocalBackend(node_id=node_id, work_root=self.work_root / node_id)
+                backend = LocalBackend(
+                    node_id=node_id,
+                    work_root=self.work_root / node_id,
+                    sandbox=await asyncio.to_thread(self._sandbox),
+                )
                 agent = CpuAgent(
                     transport=self.transport,
                     node_id=node_id,
@@ -104,6 +111,22 @@ class EmbeddedRuntime:
         for service in self.services.values():
             await service.started.wait()
         log.info("embedded runtime: pools %s", ", ".join(self.services) or "none")
+
+    def _sandbox(self) -> Sandbox | None:
+        """The local agent's sandbox as the settings describe it (``open_sandbox`` refuses to go
+        on without one unless LOOM_INSECURE_UNSANDBOXED_ACTIONS is set)."""
+        make_private_root(self.work_root)
+        binds = settings.LOOM_SANDBOX_RO_BINDS
+        database = settings.DATABASES["default"]
+        protected = [Path(settings.BASE_DIR), Path(settings.VAR_DIR), self.work_root]
+        if database["ENGINE"].endswith("sqlite3") and str(database["NAME"]).startswith("/"):
+            protected.append(Path(database["NAME"]))
+        return open_sandbox(
+            insecure=settings.LOOM_INSECURE_UNSANDBOXED_ACTIONS,
+            user=settings.LOOM_SANDBOX_USER,
+            ro_binds=python_runtime_binds() if binds is None else [Path(b) for b in binds],
+            protected=protected,
+        )
 
     async def stop(self) -> None:
         global _current

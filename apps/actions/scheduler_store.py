@@ -64,6 +64,7 @@ RECORD_FIELDS = (
     "tool__command_template",
     "tool__timeout_s",
     "tool__idempotent",
+    "tool__network",
     "node__name",
 )
 
@@ -89,6 +90,7 @@ def _record(row: dict[str, Any], kind: str) -> ActionRecord:
         single_unit_duration_s=row["single_unit_duration_s"],
         trajectory_id=row["trajectory_id"],
         idempotent=bool(has_tool and row["tool__idempotent"]),
+        network=bool(has_tool and row["tool__network"]),
         node=row["node__name"],
         allocation=row["allocation"],
     )
@@ -105,6 +107,7 @@ def new_action_record(action: Action, tool: Tool | None, pool_kind: str) -> Acti
             "tool__command_template": tool.command_template if tool is not None else None,
             "tool__timeout_s": tool.timeout_s if tool is not None else None,
             "tool__idempotent": tool.idempotent if tool is not None else False,
+            "tool__network": tool.network if tool is not None else False,
             "node__name": None,
         }
     )

@@ -75,8 +75,8 @@ class ServiceAdmin(admin.ModelAdmin):
 
 @admin.register(Tool)
 class ToolAdmin(admin.ModelAdmin):
-    list_display = ["name", "pool", "timeout_s", "idempotent", "updated_at"]
-    list_filter = ["pool", "idempotent"]
+    list_display = ["name", "pool", "timeout_s", "idempotent", "network", "updated_at"]
+    list_filter = ["pool", "idempotent", "network"]
     search_fields = ["name", "command_template", "description"]
     readonly_fields = ["created_at", "updated_at"]
 

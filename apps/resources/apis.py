@@ -229,6 +229,7 @@ class ToolSerializer(serializers.ModelSerializer):
             "elasticity",
             "timeout_s",
             "idempotent",
+            "network",
             "description",
             "created_at",
             "updated_at",

@@ -113,6 +113,10 @@ class Tool(models.Model):
     idempotent = models.BooleanField(
         default=False, help_text="safe to run again after a lost agent (retried automatically)"
     )
+    network = models.BooleanField(
+        default=False,
+        help_text="its actions may use the host's network (off: a sandbox with loopback only)",
+    )
     description = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -6,11 +6,13 @@ layer, eager Celery, in-process transport), LOOM_SECRET_KEY, LOOM_ALLOWED_HOSTS,
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from controlplane.env import (
     database_from_url,
+    env_bool,
     env_int,
     env_list,
     env_log_level,
@@ -51,6 +53,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "controlplane.api.middleware.ApiErrorsMiddleware",  # outermost: sees every error response
     "apps.metrics.middleware.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -117,8 +120,11 @@ STORAGES = {
 # Serve app static files (admin, Swagger UI from the sidecar) without a collectstatic step.
 WHITENOISE_USE_FINDERS = True
 
-# A 10 000-action batch with commands is a few MB of JSON.
-DATA_UPLOAD_MAX_MEMORY_SIZE = 32 * 1024 * 1024
+# Request bodies (controlplane/api/limits.py): a 10 000-action batch with commands is a few MB of
+# JSON; no real payload nests more than a few levels, and Python's parser and renderer recurse.
+LOOM_MAX_BODY_BYTES = env_int("LOOM_MAX_BODY_BYTES", 32 * 1024 * 1024, minimum=1024)
+LOOM_MAX_JSON_DEPTH = env_int("LOOM_MAX_JSON_DEPTH", 64, minimum=2)
+DATA_UPLOAD_MAX_MEMORY_SIZE = LOOM_MAX_BODY_BYTES
 
 # --- Redis or embedded -----------------------------------------------------------------------
 REDIS_URL = redis_url("REDIS_URL")
@@ -149,6 +155,23 @@ CELERY_BEAT_SCHEDULE = {
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = TIME_ZONE
+
+# --- Local action sandboxes (workers/agents/cpu/sandbox.py) -------------------------------------
+# Working directories of the embedded runtime's local agent: outside the repository, so that no
+# project configuration of Loom's (pyproject.toml, conftest.py) leaks into an action.
+LOOM_SANDBOX_ROOT = Path(
+    env_str("LOOM_SANDBOX_ROOT", str(Path(tempfile.gettempdir()) / "loom-sandboxes"))
+)
+LOOM_SANDBOX_USER = env_str("LOOM_SANDBOX_USER", "loom-sandbox")  # an account or "uid:gid"
+# Tool runtimes bound read-only into every sandbox; unset: the running interpreter's virtualenv
+# and base installation (the demo's reward suites run its pytest); "none": nothing.
+LOOM_SANDBOX_RO_BINDS: list[str] | None = (
+    None
+    if env_str("LOOM_SANDBOX_RO_BINDS", "") == ""
+    else [b for b in env_list("LOOM_SANDBOX_RO_BINDS", []) if b != "none"]
+)
+# Run actions without a sandbox where none works: any job key then acts with the agent's rights.
+LOOM_INSECURE_UNSANDBOXED_ACTIONS = env_bool("LOOM_INSECURE_UNSANDBOXED_ACTIONS", False)
 
 # --- API ---------------------------------------------------------------------------------------
 LOOM_MAX_BATCH = env_int("LOOM_MAX_BATCH", 10_000, minimum=1)

@@ -27,6 +27,7 @@ class ActionRecord:
     single_unit_duration_s: float | None = None
     trajectory_id: int | None = None
     idempotent: bool = False
+    network: bool = False
     node: str | None = None
     allocation: dict[str, Any] | None = None
     env: dict[str, str] = field(default_factory=dict)

@@ -105,4 +105,5 @@ def dispatch_for(record: ActionRecord, *, attempt: int, cores: tuple[int, ...]) 
         api=api,
         retry_on_redelivery=record.idempotent,
         dispatched_at=time.time(),
+        network=record.network,
     )

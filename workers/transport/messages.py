@@ -117,6 +117,7 @@ class Dispatch:
     ``retry_on_redelivery``: if this entry is delivered again after its agent died (reclaimed),
     re-run it (idempotent tool) instead of reporting ``agent_lost``.
     ``end_trajectory``: the trajectory has no further actions; drop its sandbox afterwards.
+    ``network``: the tool may use the host's network; otherwise its sandbox has loopback only.
     """
 
     TYPE: ClassVar[str] = "dispatch"
@@ -136,6 +137,7 @@ class Dispatch:
     retry_on_redelivery: bool = False
     end_trajectory: bool = False
     dispatched_at: float = 0.0
+    network: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("cpu", "api", "noop"):
@@ -184,6 +186,7 @@ class Dispatch:
             "retry_on_redelivery": self.retry_on_redelivery,
             "end_trajectory": self.end_trajectory,
             "dispatched_at": self.dispatched_at,
+            "network": self.network,
         }
 
     @classmethod
@@ -207,6 +210,7 @@ class Dispatch:
                 retry_on_redelivery=bool(data.get("retry_on_redelivery", False)),
                 end_trajectory=bool(data.get("end_trajectory", False)),
                 dispatched_at=float(data.get("dispatched_at", 0.0)),
+                network=bool(data.get("network", False)),
             )
         except (TypeError, ValueError) as exc:
             if isinstance(exc, MessageError):

@@ -66,7 +66,8 @@ async def test_killed_agent_work_is_reclaimed(
     finally:
         os.kill(doomed.pid, signal.SIGKILL)
         doomed.wait(timeout=10)
-    assert leftover_processes(f"{NODE}/once:1")  # the dead agent's action outlived it
+    # bwrap --die-with-parent: a dead agent's sandboxes end with it, nothing runs unsupervised.
+    await wait_until(lambda: leftover_processes(f"{NODE}/") == [], 10)
 
     pending = await redis_transport.pending(names.dispatch(NODE), AGENT_GROUP)
     assert len(pending) == 2 and {p.delivery_count for p in pending} == {1}

@@ -3,9 +3,9 @@ fork-and-leave, output caps, OOM, per-trajectory working directories (arl-tangra
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.workers.agents.conftest import cpu_dispatch, leftover_processes
+from tests.workers.agents.conftest import cpu_dispatch, leftover_processes, wait_until
 from workers.agents.cpu.cgroups import CgroupV1Driver, CgroupV2Driver
 from workers.agents.cpu.local import LocalBackend
+from workers.agents.cpu.sandbox import WORKDIR
 from workers.transport import Dispatch
 
 CORES = tuple(sorted(os.sched_getaffinity(0)))
@@ -53,25 +54,35 @@ async def affinity_backend(tmp_path: Path, node_id: str) -> AsyncIterator[LocalB
     await backend.close()
 
 
-async def test_cgroup_pins_cores_limits_memory_and_quota(cgroup_backend: LocalBackend) -> None:
+async def test_cgroup_pins_cores_limits_memory_quota_and_pids(
+    cgroup_backend: LocalBackend,
+) -> None:
+    """The sandbox has no /sys: the limits are read from the host while the action runs."""
     core = CORES[-1]
-    command = (
-        "grep Cpus_allowed_list /proc/self/status; "
-        "m=$(grep ':memory:' /proc/self/cgroup | cut -d: -f3); "
-        "cat /sys/fs/cgroup/memory$m/memory.limit_in_bytes; "
-        "c=$(grep ':cpu:\\|:cpu,' /proc/self/cgroup | cut -d: -f3); "
-        "cat /sys/fs/cgroup/cpu$c/cpu.cfs_quota_us; echo dop={dop} $LOOM_DOP"
+    command = "grep Cpus_allowed_list /proc/self/status; echo dop={dop} $LOOM_DOP; sleep 3"
+    driver = cgroup_backend.cgroups
+    assert isinstance(driver, CgroupV1Driver)
+    run = asyncio.create_task(
+        cgroup_backend.run(_dispatch("a", command, cores=(core,), memory_mb=96))
     )
-    outcome = await cgroup_backend.run(_dispatch("a", command, cores=(core,), memory_mb=96))
+    await wait_until(lambda: any(p.is_dir() for p in driver.bases["cpuset"].iterdir()))
+    [name] = [p.name for p in driver.bases["cpuset"].iterdir() if p.is_dir()]
+    knobs = {
+        ("cpuset", "cpuset.cpus"): str(core),
+        ("memory", "memory.limit_in_bytes"): str(96 * 2**20),
+        ("cpu", "cpu.cfs_quota_us"): "100000",
+        ("pids", "pids.max"): str(cgroup_backend.pids_limit),
+    }
+    for (controller, knob), expected in knobs.items():
+        if controller in driver.bases:
+            assert (driver.bases[controller] / name / knob).read_text().strip() == expected
+    outcome = await run
     assert outcome.exit_code == 0, outcome.output
     lines = outcome.output.decode().split("\n")
     assert lines[0] == f"Cpus_allowed_list:\t{core}"
-    assert lines[1] == str(96 * 2**20)
-    assert lines[2] == "100000"
-    assert lines[3] == "dop=1 1"
+    assert lines[1] == "dop=1 1"
     assert cgroup_backend.isolation == "cgroup-v1"
-    cpuset_base = cgroup_backend.cgroups.bases["cpuset"]  # type: ignore[union-attr]
-    assert [p for p in cpuset_base.iterdir() if p.is_dir()] == []  # the action's cgroup is gone
+    assert [p for p in driver.bases["cpuset"].iterdir() if p.is_dir()] == []  # removed
 
 
 async def test_dop_follows_the_allocated_cores(cgroup_backend: LocalBackend) -> None:
@@ -106,7 +117,7 @@ async def test_nonzero_exit_and_output_cap(cgroup_backend: LocalBackend) -> None
 
 
 async def test_oom_is_detected(cgroup_backend: LocalBackend) -> None:
-    command = f"{sys.executable} -c 'x = bytearray(400 * 2**20); print(len(x))'"
+    command = "python3 -c 'x = bytearray(400 * 2**20); print(len(x))'"  # /usr/bin: in the sandbox
     outcome = await cgroup_backend.run(_dispatch("hog", command, memory_mb=64))
     assert outcome.exit_code != 0
     assert outcome.oom_killed
@@ -114,8 +125,9 @@ async def test_oom_is_detected(cgroup_backend: LocalBackend) -> None:
 
 async def test_trajectory_directory_persists_then_goes(cgroup_backend: LocalBackend) -> None:
     first = await cgroup_backend.run(_dispatch("w", "echo state > f; pwd", trajectory_id="tr1"))
-    workdir = Path(first.output.decode().strip())
-    assert workdir == cgroup_backend.trajectory_dir("tr1")
+    assert first.output == f"{WORKDIR}\n".encode()  # the sandbox's view of its directory
+    workdir = cgroup_backend.trajectory_dir("tr1")
+    assert (workdir / "f").read_text() == "state\n"
     second = await cgroup_backend.run(_dispatch("r", "cat f", trajectory_id="tr1"))
     assert second.output == b"state\n"
     other = await cgroup_backend.run(_dispatch("o", "cat f", trajectory_id="tr2"))
@@ -167,7 +179,6 @@ async def test_a_saturated_default_executor_does_not_stall_the_backend(
 ) -> None:
     """Every thread of the loop's default executor blocked (an embedded demo's waiters, say):
     the backend still creates its cgroup, runs the action and cleans up, on its own threads."""
-    import asyncio
     import threading
     from concurrent.futures import ThreadPoolExecutor
 

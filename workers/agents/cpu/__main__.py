@@ -1,6 +1,8 @@
 """``python -m workers.agents.cpu --redis-url URL --pool NAME --node-id ID --backend local|docker``.
 
-Needs Redis only (no Django, no database).
+Needs Redis only (no Django, no database). The local backend runs every action in a bubblewrap
+sandbox as an unprivileged user and refuses to start without one unless
+``--insecure-unsandboxed-actions`` (or LOOM_INSECURE_UNSANDBOXED_ACTIONS=1) is given.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from workers.agents.cpu.agent import CpuAgent
 from workers.agents.cpu.backend import ExecutionBackend
 from workers.agents.cpu.cgroups import detect_cgroup_driver
 from workers.agents.cpu.docker import DockerBackend
-from workers.agents.cpu.local import LocalBackend
+from workers.agents.cpu.local import DEFAULT_PIDS_LIMIT, LocalBackend
+from workers.agents.cpu.sandbox import DEFAULT_USER, insecure_from_env, open_sandbox
 from workers.transport.redis_streams import RedisStreamsTransport
 
 
@@ -42,6 +45,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="local: cgroups when writable (auto) or CPU affinity only",
     )
     parser.add_argument("--cgroup-v2-root", type=Path, help="local: a delegated cgroup v2 dir")
+    parser.add_argument(
+        "--sandbox-user", default=DEFAULT_USER, help="local: account (or uid:gid) actions run as"
+    )
+    parser.add_argument(
+        "--ro-bind",
+        type=Path,
+        action="append",
+        default=[],
+        help="local: a tool runtime (e.g. a virtualenv) bound read-only into every sandbox",
+    )
+    parser.add_argument(
+        "--pids-limit", type=int, default=DEFAULT_PIDS_LIMIT, help="local: per-action pids limit"
+    )
+    parser.add_argument(
+        "--insecure-unsandboxed-actions",
+        action="store_true",
+        help="local: run actions WITHOUT a sandbox where bubblewrap cannot run (any job key "
+        "then acts with this agent's privileges)",
+    )
     parser.add_argument("--image", default="loom-busybox:local", help="docker: sandbox image")
     parser.add_argument("--docker-host", help="docker: e.g. unix:///run/docker.sock")
     return parser
@@ -60,8 +82,19 @@ def build_backend(args: argparse.Namespace) -> ExecutionBackend:
         if args.isolation == "affinity"
         else detect_cgroup_driver(args.node_id, v2_root=args.cgroup_v2_root)
     )
+    sandbox = open_sandbox(
+        insecure=args.insecure_unsandboxed_actions or insecure_from_env(),
+        user=args.sandbox_user,
+        ro_binds=args.ro_bind,
+        protected=[args.work_root] if args.work_root else [],
+    )
     return LocalBackend(
-        node_id=args.node_id, work_root=args.work_root, cgroups=cgroups, idle_ttl_s=args.idle_ttl
+        node_id=args.node_id,
+        work_root=args.work_root,
+        cgroups=cgroups,
+        idle_ttl_s=args.idle_ttl,
+        sandbox=sandbox,
+        pids_limit=args.pids_limit,
     )
 
 

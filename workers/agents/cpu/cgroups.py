@@ -1,8 +1,10 @@
-"""Per-action cgroups: cpuset = the allocated cores, memory limit, CPU quota (arl-tangram §5.2).
+"""Per-action cgroups: cpuset = the allocated cores, memory limit, CPU quota (arl-tangram §5.2),
+and a pids limit so that a fork bomb stays inside its action.
 
 ``CgroupV1Driver`` (hybrid hosts such as this one): one directory per action under
 ``<controller mount>/<the agent's own cgroup>/loom/<node>/`` for the cpuset, memory and cpu
-controllers. ``CgroupV2Driver``: a delegated, writable subtree with cpuset+cpu+memory enabled.
+controllers, and pids where that hierarchy is mounted. ``CgroupV2Driver``: a delegated, writable
+subtree with cpuset+cpu+memory (and pids where available) enabled.
 ``detect_cgroup_driver`` picks whichever works and returns ``None`` where neither is writable:
 the local backend then falls back to CPU affinity (``taskset``).
 
@@ -27,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 CFS_PERIOD_US = 100_000
 V1_CONTROLLERS = ("cpuset", "memory", "cpu")
+PIDS = "pids"
 
 
 def _read(path: Path) -> str:
@@ -116,9 +119,14 @@ def _rmdir(path: Path) -> None:
 class CgroupDriver(abc.ABC):
     version: int
 
+    limits_pids: bool = False
+
     @abc.abstractmethod
-    def create(self, name: str, cores: tuple[int, ...], memory_mb: int) -> CgroupHandle:
-        """A new cgroup for one action: cpuset ``cores``, memory ``memory_mb`` (0 = no limit)."""
+    def create(
+        self, name: str, cores: tuple[int, ...], memory_mb: int, pids_max: int = 0
+    ) -> CgroupHandle:
+        """A new cgroup for one action: cpuset ``cores``, memory ``memory_mb``, at most
+        ``pids_max`` processes and threads (0 = no limit; ignored without a pids controller)."""
 
     @abc.abstractmethod
     def existing(self, prefix: str) -> list[CgroupHandle]:
@@ -163,7 +171,10 @@ class CgroupV1Driver(CgroupDriver):
 
     def __init__(self, node_id: str, mount: Path = Path("/sys/fs/cgroup")) -> None:
         self.bases: dict[str, Path] = {}
-        for controller in V1_CONTROLLERS:
+        self.limits_pids = (mount / PIDS / "pids.max").exists() or (mount / PIDS).is_dir()
+        if not self.limits_pids:
+            logger.warning("no cgroup v1 pids hierarchy: actions get no per-action pids limit")
+        for controller in (*V1_CONTROLLERS, PIDS) if self.limits_pids else V1_CONTROLLERS:
             own = _own_cgroup_v1(controller).lstrip("/")
             base = mount / controller / own / "loom" / node_id
             self._make_chain(mount / controller / own, base, controller)
@@ -193,7 +204,9 @@ class CgroupV1Driver(CgroupDriver):
             for name in names
         ]
 
-    def create(self, name: str, cores: tuple[int, ...], memory_mb: int) -> CgroupHandle:
+    def create(
+        self, name: str, cores: tuple[int, ...], memory_mb: int, pids_max: int = 0
+    ) -> CgroupHandle:
         directories: dict[str, Path] = {}
         try:
             for controller, base in self.bases.items():
@@ -208,6 +221,8 @@ class CgroupV1Driver(CgroupDriver):
             cpu = directories["cpu"]
             _write(cpu / "cpu.cfs_period_us", str(CFS_PERIOD_US))
             _write(cpu / "cpu.cfs_quota_us", str(len(cores) * CFS_PERIOD_US))
+            if pids_max > 0 and PIDS in directories:
+                _write(directories[PIDS] / "pids.max", str(pids_max))
         except OSError:
             _V1Handle(directories).remove()
             raise
@@ -259,8 +274,12 @@ class CgroupV2Driver(CgroupDriver):
         missing = [c for c in self.NEEDED if c not in available]
         if missing:
             raise OSError(f"cgroup v2 root {root} lacks controllers {missing}")
+        self.limits_pids = PIDS in available
+        if not self.limits_pids:
+            logger.warning("cgroup v2 root %s has no pids controller: no pids limit", root)
         self.base = root / f"loom-{node_id}"
-        enable = " ".join(f"+{c}" for c in self.NEEDED)
+        controllers = (*self.NEEDED, PIDS) if self.limits_pids else self.NEEDED
+        enable = " ".join(f"+{c}" for c in controllers)
         _write(root / "cgroup.subtree_control", enable)
         self.base.mkdir(exist_ok=True)
         _write(self.base / "cgroup.subtree_control", enable)
@@ -272,13 +291,17 @@ class CgroupV2Driver(CgroupDriver):
     def existing(self, prefix: str) -> list[CgroupHandle]:
         return [_V2Handle(p) for p in sorted(self.base.glob(f"{prefix}*")) if p.is_dir()]
 
-    def create(self, name: str, cores: tuple[int, ...], memory_mb: int) -> CgroupHandle:
+    def create(
+        self, name: str, cores: tuple[int, ...], memory_mb: int, pids_max: int = 0
+    ) -> CgroupHandle:
         directory = self.base / name
         directory.mkdir()
         try:
             _write(directory / "cpuset.cpus", format_cpu_list(cores))
             _write(directory / "memory.max", str(memory_mb * 2**20) if memory_mb > 0 else "max")
             _write(directory / "cpu.max", f"{len(cores) * CFS_PERIOD_US} {CFS_PERIOD_US}")
+            if self.limits_pids:
+                _write(directory / "pids.max", str(pids_max) if pids_max > 0 else "max")
         except OSError:
             _rmdir(directory)
             raise
@@ -288,7 +311,7 @@ class CgroupV2Driver(CgroupDriver):
 def _probe(driver: CgroupDriver) -> None:
     """Create and remove one cgroup to prove the driver can write what it needs."""
     cores = tuple(sorted(os.sched_getaffinity(0)))[:1]
-    handle = driver.create(f"probe-{uuid.uuid4().hex[:8]}", cores, 64)
+    handle = driver.create(f"probe-{uuid.uuid4().hex[:8]}", cores, 64, 64)
     handle.remove()
 
 

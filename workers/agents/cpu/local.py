@@ -1,12 +1,17 @@
-"""Local backend: per-trajectory working directory, per-action process group + cgroup.
+"""Local backend: per-trajectory working directory, per-action sandbox, process group + cgroup.
 
 arl-tangram §5.2 (allocate-on-execution) without containers: each action runs ``sh -c`` in a new
 session (its own process group) inside a fresh cgroup whose cpuset is exactly the allocated cores,
-with a memory limit and a CFS quota of ``len(cores)`` CPUs. Where no cgroup hierarchy is writable,
-the child is pinned with CPU affinity instead (``taskset``). On exit, timeout or cancel everything
-the action started is killed: its process group, its cgroup's processes, and (affinity path) every
-process carrying its ``LOOM_ACTION`` environment marker. The trajectory's working directory stays
-between its actions and is removed when the trajectory ends or stays idle past ``idle_ttl_s``.
+with a memory limit, a CFS quota of ``len(cores)`` CPUs and a pids limit. Where no cgroup
+hierarchy is writable, the child is pinned with CPU affinity instead (``taskset``). The command
+itself runs in a bubblewrap sandbox as an unprivileged user (``sandbox.py``): it sees only system
+directories, its own working directory and a private ``/tmp``, with a clean environment, and no
+network unless its tool has it. On exit, timeout or cancel everything the action started is
+killed: its process group, its cgroup's processes, and (affinity path) every process carrying its
+``LOOM_ACTION`` environment marker. The trajectory's working directory stays between its actions
+and is removed when the trajectory ends or stays idle past ``idle_ttl_s``. Working directories
+live under ``work_root`` (root-owned, mode 0711: a sandbox user cannot list it), outside Loom's
+repository, so no project configuration of Loom's leaks into an action.
 """
 
 from __future__ import annotations
@@ -32,17 +37,19 @@ from workers.agents.cpu.backend import (
     supervise,
 )
 from workers.agents.cpu.cgroups import CgroupDriver, CgroupHandle, detect_cgroup_driver
+from workers.agents.cpu.sandbox import DEFAULT_PATH, WORKDIR, Sandbox, open_sandbox
 from workers.transport.messages import Dispatch
 
 logger = logging.getLogger(__name__)
 
 _PIPE_DRAIN_S = 5.0
 JOIN_FAILED_EXIT = 125
-# $1 command, $2 shell, $3... cgroup.procs files to join (same pid, then exec).
+DEFAULT_PIDS_LIMIT = 1024
+# $1 how many cgroup.procs files follow, then the files to join (same pid), then the argv to exec.
 _JOIN_SCRIPT = (
-    'c=$1; s=$2; shift 2; for f; do echo $$ > "$f" || '
-    f'{{ echo "loom: cannot join cgroup $f" >&2; exit {JOIN_FAILED_EXIT}; }}; done; '
-    'exec "$s" -c "$c"'
+    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || '
+    f'{{ echo "loom: cannot join cgroup $1" >&2; exit {JOIN_FAILED_EXIT}; }}; '
+    'shift; n=$((n - 1)); done; exec "$@"'
 )
 
 
@@ -60,17 +67,25 @@ class LocalBackend(ExecutionBackend):
         idle_ttl_s: float = 900.0,
         shell: str = "/bin/sh",
         base_env: dict[str, str] | None = None,
+        sandbox: Sandbox | Literal["auto"] | None = "auto",
+        pids_limit: int = DEFAULT_PIDS_LIMIT,
     ) -> None:
+        """``sandbox``: ``"auto"`` opens the default one (``open_sandbox``: refuses to go on
+        without one unless the insecure flag is set); ``None`` runs commands unsandboxed, for
+        callers that made that decision through ``open_sandbox`` themselves. ``base_env``: the
+        variables every action starts from (default: PATH and LANG only — never the agent's)."""
         self.node_id = node_id
         self.work_root = work_root or Path(tempfile.gettempdir()) / "loom-work" / safe_name(node_id)
-        self.work_root.mkdir(parents=True, exist_ok=True)
+        make_private_root(self.work_root)
+        self.sandbox = open_sandbox(protected=(self.work_root,)) if sandbox == "auto" else sandbox
+        self.pids_limit = pids_limit
         self.cgroups = detect_cgroup_driver(node_id) if cgroups == "auto" else cgroups
         self.idle_ttl_s = idle_ttl_s
         self.shell = shell
         self.taskset = shutil.which("taskset")
         if self.cgroups is None and self.taskset is None:
             logger.warning("no cgroups and no taskset: actions will not be pinned to their cores")
-        self.base_env = dict(os.environ) if base_env is None else dict(base_env)
+        self.base_env = dict(base_env) if base_env is not None else clean_environment()
         self._last_used: dict[str, float] = {}
         self._busy: dict[str, int] = {}
 
@@ -78,6 +93,10 @@ class LocalBackend(ExecutionBackend):
     def isolation(self) -> str:
         """``cgroup-v1``, ``cgroup-v2`` or ``affinity``."""
         return f"cgroup-v{self.cgroups.version}" if self.cgroups else "affinity"
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.sandbox is not None
 
     def trajectory_dir(self, trajectory_id: str) -> Path:
         return self.work_root / safe_name(trajectory_id)
@@ -90,50 +109,74 @@ class LocalBackend(ExecutionBackend):
         return f"{self.node_id}/{dispatch.key}"
 
     def _environment(self, dispatch: Dispatch, workdir: Path) -> dict[str, str]:
-        env = {**self.base_env, **dispatch.env}
+        """A clean environment: nothing of the agent's (database URL, keys) reaches an action."""
+        inside = WORKDIR if self.sandbox is not None else str(workdir)
+        env = {**self.base_env, "HOME": inside, "TMPDIR": "/tmp", **dispatch.env}
         env.update(
             {
                 procs.MARKER_VARIABLE: self._marker(dispatch),
                 "LOOM_DOP": str(dispatch.dop),
                 "LOOM_CORES": ",".join(str(c) for c in dispatch.cores),
-                "LOOM_WORKDIR": str(workdir),
-                "HOME": env.get("HOME", str(workdir)),
+                "LOOM_WORKDIR": inside,
             }
         )
         return env
 
-    def _argv(self, dispatch: Dispatch, cgroup: CgroupHandle | None) -> list[str]:
+    def _argv(self, dispatch: Dispatch, workdir: Path, cgroup: CgroupHandle | None) -> list[str]:
         """The child's argv: it confines itself before the command runs (same pid, then exec).
 
-        With a cgroup, a wrapper shell writes its own pid into the cgroup and execs the command, so
-        nothing the command forks escapes and the agent never waits for the slow v1 cpuset
-        attach. Without one, ``taskset`` pins the child (children inherit the affinity). No
-        ``preexec_fn``: it is not fork-safe in a threaded process such as the agent.
+        With a cgroup, a wrapper shell writes its own pid into the cgroup and execs the sandbox,
+        so nothing the command forks escapes and the agent never waits for the slow v1 cpuset
+        attach. Without one, ``taskset`` pins the child (children inherit the affinity) and the
+        sandbox user's process count is capped instead of a pids cgroup. No ``preexec_fn``: it is
+        not fork-safe in a threaded process such as the agent.
         """
-        command = dispatch.rendered_command()
+        command = [self.shell, "-c", dispatch.rendered_command()]
+        if self.sandbox is not None:
+            nproc = (
+                None
+                if cgroup is not None and self.cgroups and self.cgroups.limits_pids
+                else (self.pids_limit)
+            )
+            command = self.sandbox.wrap(
+                command, workdir=workdir, network=dispatch.network, nproc=nproc
+            )
         if cgroup is not None:
-            join = [self.shell, "-c", _JOIN_SCRIPT, "loom-join", command, self.shell]
-            return [*join, *cgroup.procs_files]
+            files = cgroup.procs_files
+            return [self.shell, "-c", _JOIN_SCRIPT, "loom-join", str(len(files)), *files, *command]
         if dispatch.cores and self.taskset is not None:
-            cores = format_cpu_list(dispatch.cores)
-            return [self.taskset, "-c", cores, self.shell, "-c", command]
-        return [self.shell, "-c", command]
+            return [self.taskset, "-c", format_cpu_list(dispatch.cores), *command]
+        return command
+
+    def _make_workdir(self, workdir: Path) -> None:
+        if not workdir.is_dir():
+            workdir.mkdir()
+            if self.sandbox is not None:
+                self.sandbox.own(workdir)
 
     async def run(self, dispatch: Dispatch) -> ExecOutcome:
         started = time.time()
         trajectory = dispatch.trajectory_id
         if trajectory is not None:
             workdir = self.trajectory_dir(trajectory)
-            workdir.mkdir(parents=True, exist_ok=True)
+            self._make_workdir(workdir)
             self._busy[trajectory] = self._busy.get(trajectory, 0) + 1
         else:
             workdir = Path(tempfile.mkdtemp(prefix="action-", dir=self.work_root))
+            if self.sandbox is not None:
+                self.sandbox.own(workdir)
         cgroup: CgroupHandle | None = None
         try:
             if self.cgroups is not None and dispatch.cores:
                 name = f"{self._cgroup_prefix(dispatch)}{uuid.uuid4().hex[:6]}"
                 cgroup, cancelled = await finish_despite_cancel(
-                    self.blocking(self.cgroups.create, name, dispatch.cores, dispatch.memory_mb)
+                    self.blocking(
+                        self.cgroups.create,
+                        name,
+                        dispatch.cores,
+                        dispatch.memory_mb,
+                        self.pids_limit,
+                    )
                 )
                 if cancelled:
                     raise asyncio.CancelledError
@@ -153,7 +196,7 @@ class LocalBackend(ExecutionBackend):
         try:
             process, cancelled = await finish_despite_cancel(
                 asyncio.create_subprocess_exec(
-                    *self._argv(dispatch, cgroup),
+                    *self._argv(dispatch, workdir, cgroup),
                     cwd=workdir,
                     env=self._environment(dispatch, workdir),
                     stdin=asyncio.subprocess.DEVNULL,
@@ -213,6 +256,22 @@ class LocalBackend(ExecutionBackend):
             await self.end_trajectory(trajectory)
         if self.cgroups is not None:
             self.cgroups.close()
+        if self.sandbox is not None:
+            self.sandbox.close()
         with contextlib.suppress(OSError):
             self.work_root.rmdir()
         self.stop_blocking_threads()
+
+
+def clean_environment() -> dict[str, str]:
+    """What every action's environment starts from: a standard PATH and a UTF-8 locale."""
+    return {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
+
+
+def make_private_root(work_root: Path) -> None:
+    """Create the work root; as root, make it root-owned 0711 so that a sandbox user can reach
+    its own directory by name (unsandboxed fallback) but never list the others."""
+    work_root.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        os.chown(work_root, 0, 0)
+        work_root.chmod(0o711)
