@@ -241,9 +241,14 @@ class Sandbox:
             args += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
         for name in ("passwd", "group"):
             args += ["--ro-bind", str(self._etc / name), f"/etc/{name}"]
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/var"]
-        args += ["--symlink", "../tmp", "/var/tmp"]
+        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+        args += ["--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
+        made: set[Path] = set()
         for path in self.ro_binds:
+            for parent in reversed(path.parents[:-1]):  # bwrap would make them 0700
+                if parent not in made:
+                    made.add(parent)
+                    args += ["--perms", "0755", "--dir", str(parent)]
             args += ["--ro-bind", str(path), str(path)]
         args += ["--bind", str(workdir), WORKDIR, "--chdir", WORKDIR, "--"]
         if self.user is not None:
