@@ -20,14 +20,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import sys
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from django.conf import settings
 
+from controlplane.api.limits import too_large
 from workers.threads import OwnThreads
 
 Scope = MutableMapping[str, Any]
@@ -71,7 +73,7 @@ class WsgiBridge:
 
     def __init__(self, wsgi: WsgiApp, *, threads: int, spool_bytes: int) -> None:
         self.wsgi = wsgi
-        self.spool_bytes = spool_bytes
+        self.spool_bytes = spool_bytes  # beyond, the body waits on disk
         # Started on first use, in the serving process (a server may fork after import).
         self.threads = OwnThreads(threads, "loom-http")
 
@@ -80,8 +82,12 @@ class WsgiBridge:
             raise ValueError(f"the HTTP bridge serves http, not {scope['type']!r}")
         loop = asyncio.get_running_loop()
         with tempfile.SpooledTemporaryFile(max_size=self.spool_bytes) as body:
-            if not await self._read_body(receive, body):
+            outcome = await self._read_body(receive, body)
+            if outcome is None:
                 return  # the client hung up before sending its body
+            if outcome is not True:
+                await _send_error(send, 400, "body", outcome)
+                return
             environ = wsgi_environ(scope, body)
             hangup = environ[HANGUP_KEY] = Hangup()
             watcher = asyncio.create_task(self._watch_for_hangup(receive, hangup))
@@ -97,14 +103,21 @@ class WsgiBridge:
             await send({"type": "http.response.body", "body": content})
 
     @staticmethod
-    async def _read_body(receive: Receive, body: IO[bytes]) -> bool:
-        """The whole body into ``body`` (in memory up to ``spool_bytes``, on disk beyond);
-        False if the client hung up first."""
+    async def _read_body(receive: Receive, body: IO[bytes]) -> Literal[True] | str | None:
+        """The whole body into ``body`` (in memory up to ``spool_bytes``, on disk beyond): True;
+        None if the client hung up first; the refusal's reason once it passes the size limit
+        (``controlplane.api.limits``: checked here too, so an endless body never fills the disk).
+        """
+        size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                return False
-            body.write(message.get("body", b""))
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if (refusal := too_large(size)) is not None:
+                return refusal.reason
+            body.write(chunk)
             if not message.get("more_body", False):
                 return True
 
@@ -156,6 +169,18 @@ class WsgiBridge:
             close = getattr(response, "close", None)
             if close is not None:
                 close()
+
+
+async def _send_error(send: Send, status: int, field: str, reason: str) -> None:
+    """An answer in the API's error shape, sent without Django (nothing of the request ran)."""
+    content = json.dumps({"errors": [{"field": field, "reason": reason}]}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(content)).encode()),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": content})
 
 
 def wsgi_environ(scope: Scope, body: IO[bytes]) -> dict[str, Any]:

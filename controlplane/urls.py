@@ -30,5 +30,7 @@ urlpatterns = [
     path("", include("apps.dashboard.urls")),  # the dashboard owns "/"
 ]
 
+handler400 = "controlplane.api.errors.bad_request_view"
+handler403 = "controlplane.api.errors.permission_denied_view"
 handler404 = "controlplane.api.errors.not_found_view"
 handler500 = "controlplane.api.errors.server_error_view"

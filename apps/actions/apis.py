@@ -28,7 +28,7 @@ from apps.actions.services import ActionSpec
 from apps.jobs.access import principal_of
 from apps.jobs.models import ApiKey, Job
 from apps.jobs.selectors import job_list
-from apps.resources.models import Node, ResourcePool, Service, Tool
+from apps.resources.models import ResourcePool, Service, Tool
 from controlplane.api.errors import ApiError, Conflict
 from controlplane.api.fields import INT64_MAX, FiniteFloatField
 from controlplane.api.representation import ReusedFieldsMixin
@@ -48,8 +48,8 @@ class ActionOutputSerializer(ReusedFieldsMixin, serializers.ModelSerializer):
     pool: serializers.SlugRelatedField[ResourcePool] = serializers.SlugRelatedField(
         slug_field="name", read_only=True, allow_null=True
     )
-    node: serializers.SlugRelatedField[Node] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True, allow_null=True
+    node = serializers.SerializerMethodField(
+        help_text="the node it was placed on (its allocation's); null before it is scheduled"
     )
     act_s = serializers.SerializerMethodField(
         help_text="action completion time: finished_at − submitted_at (null while active)"
@@ -89,6 +89,15 @@ class ActionOutputSerializer(ReusedFieldsMixin, serializers.ModelSerializer):
             "idempotency_key",
         ]
         read_only_fields = fields
+
+    def get_node(self, action: Action) -> str | None:
+        """The allocation names the node it was written with; the foreign key can be null while
+        it does (the node's row deleted: ``SET_NULL``) and costs a query when not joined."""
+        allocation = action.allocation
+        if isinstance(allocation, dict) and isinstance(allocation.get("node"), str):
+            return str(allocation["node"])
+        node = action.node if action.node_id is not None else None
+        return node.name if node is not None else None
 
     def get_act_s(self, action: Action) -> float | None:
         if action.finished_at is None:
@@ -232,6 +241,8 @@ class ActionListSubmitApi(CursorListView):
             "result in one request; the body is the action as it is when the wait ends"
         )
 
+    query_serializers = {"POST": SubmitQuerySerializer}
+
     @extend_schema(
         parameters=[SubmitQuerySerializer],
         request=InputSerializer,
@@ -305,6 +316,8 @@ class ActionBatchApi(APIView):
             help_text="full: each item is the whole action, as POST /actions/ answers, plus "
             "`created` (the SDK's coalesced submits use it)",
         )
+
+    query_serializers = {"POST": QuerySerializer}
 
     @extend_schema(
         parameters=[QuerySerializer], request=InputSerializer, responses={201: OutputSerializer}
@@ -399,6 +412,8 @@ class ActionResultApi(APIView):
 
     class QuerySerializer(serializers.Serializer):
         wait = wait_field("seconds to wait for the action to end (0..60)")
+
+    query_serializers = {"GET": QuerySerializer}
 
     @extend_schema(
         parameters=[QuerySerializer],

@@ -100,6 +100,8 @@ class JobActionsApi(DashboardApi):
         cursor = serializers.CharField(required=False, allow_blank=True, max_length=20)
         limit = serializers.IntegerField(required=False, min_value=1, max_value=500)
 
+    query_serializers = {"GET": InputSerializer}
+
     def get(self, request: Request, job_id: int) -> Response:
         job = get_object_or_404(Job, pk=job_id)
         params = self.InputSerializer(data=request.query_params)

@@ -25,6 +25,7 @@ from apps.dashboard.groups import InvalidTopic, Topic, topic_parse
 from apps.dashboard.publisher import live_publisher
 from apps.dashboard.roles import user_can_view
 from apps.metrics.instruments import WS_CONNECTIONS, WS_EVENTS, WS_REFUSALS
+from controlplane.api.limits import JsonRejected, parse_json_body
 
 # Close codes in the 4000–4999 range reserved for applications.
 CLOSE_UNAUTHENTICATED = 4401
@@ -58,6 +59,20 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
         if getattr(self, "counted", False):
             live_publisher.socket_closed(subscriptions)
             WS_CONNECTIONS.dec()
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """Every message through the REST API's body limits (``controlplane.api.limits``): a
+        deeply nested or malformed one is answered with an error, not a dropped socket."""
+        raw = text_data if text_data is not None else bytes_data
+        if raw is None:
+            await self.send_json({"op": "error", "reason": "empty message"})
+            return
+        try:
+            content = parse_json_body(raw)
+        except JsonRejected as error:
+            await self.send_json({"op": "error", "field": error.field, "reason": error.reason})
+            return
+        await self.receive_json(content)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict):

@@ -3,6 +3,10 @@
 Nested validation errors are flattened into dotted paths, list items indexed
 (``items[17].demand.cpu.min``); a malformed body names ``body``; auth failures name
 ``Authorization``. DESIGN.md "Not negotiable": bad input gets the field and the reason, never a 500.
+
+An exception no one expected still gets this shape (a 500 with a generic reason, logged with its
+traceback), whatever ``DEBUG`` says: an API client never receives Django's HTML debug page, which
+would show it source, settings and local variables.
 """
 
 from __future__ import annotations
@@ -11,6 +15,12 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from django.core.exceptions import (
+    DisallowedHost,
+    RequestDataTooBig,
+    SuspiciousOperation,
+    TooManyFieldsSent,
+)
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import DataError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -19,8 +29,11 @@ from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 logger = logging.getLogger(__name__)
+# Where Django itself logs unhandled exceptions: operators' handlers (mail, Sentry) listen there.
+request_logger = logging.getLogger("django.request")
 
 BODY = "body"
+SERVER_ERROR_REASON = "internal error; see the server log"
 
 
 class ApiError(exceptions.APIException):
@@ -89,8 +102,19 @@ def _field_for(exc: exceptions.APIException, context: Mapping[str, Any]) -> str:
     return BODY
 
 
-def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response | None:
-    """DRF EXCEPTION_HANDLER producing the error shape; unknown exceptions still propagate."""
+def suspicious_field(exc: SuspiciousOperation) -> str:
+    """What a request Django refuses as suspicious got wrong."""
+    if isinstance(exc, DisallowedHost):
+        return "Host"
+    if isinstance(exc, TooManyFieldsSent):
+        return "query"
+    if isinstance(exc, RequestDataTooBig):
+        return BODY
+    return "request"
+
+
+def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
+    """DRF EXCEPTION_HANDLER producing the error shape, for every exception a view raises."""
     if isinstance(exc, Http404):
         exc = exceptions.NotFound("not found (or not visible to this key)")
     elif isinstance(exc, DjangoPermissionDenied):
@@ -100,8 +124,18 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response | 
         logger.warning("DataError reached the API: %s", exc)
         set_rollback()
         exc = ApiError(field=BODY, reason=f"a value does not fit the database: {exc}".strip())
+    elif isinstance(exc, SuspiciousOperation):
+        exc = ApiError(field=suspicious_field(exc), reason=str(exc) or "refused as suspicious")
     if not isinstance(exc, exceptions.APIException):
-        return None
+        request = context.get("request")
+        request_logger.error(
+            "Internal Server Error: %s",
+            getattr(request, "path", "?"),
+            exc_info=exc,
+            extra={"status_code": 500, "request": getattr(request, "_request", request)},
+        )
+        set_rollback()
+        return Response(server_error_body(), status=status.HTTP_500_INTERNAL_SERVER_ERROR)
 
     headers: dict[str, str] = {}
     if auth_header := getattr(exc, "auth_header", None):
@@ -122,14 +156,34 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response | 
     return Response({"errors": errors}, status=exc.status_code, headers=headers)
 
 
-def not_found_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    return JsonResponse(
-        {"errors": [{"field": "path", "reason": f"no such URL: {request.path}"}]}, status=404
+def server_error_body() -> dict[str, list[dict[str, str]]]:
+    return {"errors": [{"field": "server", "reason": SERVER_ERROR_REASON}]}
+
+
+def error_response(*, field: str, reason: str, status_code: int) -> JsonResponse:
+    return JsonResponse({"errors": [{"field": field, "reason": reason}]}, status=status_code)
+
+
+def bad_request_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """handler400: what Django refuses before a view runs (a bad Host, too many fields)."""
+    if isinstance(exception, SuspiciousOperation):
+        field, reason = suspicious_field(exception), str(exception) or "refused as suspicious"
+    else:
+        field, reason = "request", "bad request"
+    return error_response(field=field, reason=reason, status_code=400)
+
+
+def permission_denied_view(
+    request: HttpRequest, exception: Exception | None = None
+) -> HttpResponse:
+    return error_response(
+        field="Authorization", reason="not allowed (or not visible to this key)", status_code=403
     )
+
+
+def not_found_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return error_response(field="path", reason=f"no such URL: {request.path}", status_code=404)
 
 
 def server_error_view(request: HttpRequest) -> HttpResponse:
-    return JsonResponse(
-        {"errors": [{"field": "server", "reason": "internal error; see the server log"}]},
-        status=500,
-    )
+    return JsonResponse(server_error_body(), status=500)

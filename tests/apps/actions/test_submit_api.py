@@ -164,9 +164,9 @@ def test_trajectory_of_another_job_is_rejected(job_actor, other_actor):
     [
         ('{"demand": {"cpu": 1', "application/json", "body", 400),
         ("demand=cpu", "application/json", "body", 400),
-        ('{"demand": {"cpu": 1}, "command": "a\\u0000b"}', "application/json", "body", 400),
-        ('{"demand": {"cpu": 1}, "payload": {"x": 1e400}}', "application/json", "body", 400),
-        ('{"demand": {"cpu": 1}, "payload": {"x": NaN}}', "application/json", "body", 400),
+        ('{"demand": {"cpu": 1}, "command": "a\\u0000b"}', "application/json", "command", 400),
+        ('{"demand": {"cpu": 1}, "payload": {"x": 1e400}}', "application/json", "payload.x", 400),
+        ('{"demand": {"cpu": 1}, "payload": {"x": NaN}}', "application/json", "payload.x", 400),
         ("[1, 2]", "application/json", "body", 400),
         ("<xml/>", "application/xml", "Content-Type", 415),
     ],
