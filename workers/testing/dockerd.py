@@ -145,7 +145,8 @@ class DockerDaemon:
 
 
 def busybox_rootfs_tar() -> bytes:
-    """A minimal root filesystem: busybox-static plus a symlink per applet, /tmp, /work."""
+    """A minimal root filesystem: busybox-static plus a symlink per applet, /tmp, /work, and a
+    world-writable /var/tmp (what an image needing a writable root would write to)."""
     busybox = next((p for p in BUSYBOX_CANDIDATES if Path(p).exists()), None)
     if busybox is None:
         raise DockerUnavailable("no busybox binary (apt-get install busybox-static)")
@@ -154,10 +155,21 @@ def busybox_rootfs_tar() -> bytes:
     ).stdout.split()
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for directory in ("bin", "tmp", "work", "proc", "sys", "dev", "etc"):
+        for directory in (
+            "bin",
+            "tmp",
+            "work",
+            "proc",
+            "sys",
+            "dev",
+            "etc",
+            "usr",
+            "var",
+            "var/tmp",
+        ):
             info = tarfile.TarInfo(directory)
             info.type = tarfile.DIRTYPE
-            info.mode = 0o1777 if directory == "tmp" else 0o755
+            info.mode = 0o1777 if directory.endswith("tmp") else 0o755
             tar.addfile(info)
         tar.add(busybox, arcname="bin/busybox")
         for applet in applets:

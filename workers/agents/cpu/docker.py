@@ -55,11 +55,6 @@ from workers.transport.messages import Dispatch
 logger = logging.getLogger(__name__)
 
 
-def dispatch_wants_network(dispatch: Dispatch) -> bool:
-    """Whether the dispatched tool may use the network (off unless the tool says so)."""
-    return bool(getattr(dispatch, "network", False))  # TODO: the Dispatch field, once it lands
-
-
 _PIPE_DRAIN_S = 10.0
 _CLI_VARIABLES = ("PATH", "HOME", "XDG_RUNTIME_DIR")  # plus DOCKER_*: what the CLI itself reads
 
@@ -82,11 +77,16 @@ class DockerBackend(ExecutionBackend):
     """Runs actions with ``docker exec`` in per-trajectory containers (see module docstring).
 
     ``tool_network``: the Docker network attached while a dispatch with ``network`` set runs
-    (created as a bridge without inter-container traffic when missing); every other exec sees
-    only a loopback interface. ``work_root``: host directory holding one working directory per
-    trajectory; by default a directory under the system temp dir when dockerd runs on this host
-    and the agent is root (it must hand the directory to the sandbox uid), otherwise working
-    directories are tmpfs mounts of ``tmpfs_workdir_mb`` (counted against the memory limit).
+    (created as a bridge without inter-container traffic when missing; both the NAT to the outside
+    and that isolation need dockerd's iptables). The host's loopback services (PostgreSQL, Redis,
+    the API) stay out of reach; a host service listening on every address does not: keep Loom's
+    on loopback. Every other exec sees only a loopback interface of its own.
+
+    ``host_workdirs``: give each trajectory a host directory under ``work_root`` (default: under
+    the system temp dir) bound at ``workdir``; by default only when dockerd runs on this host and
+    the agent is root (it hands the directory to the sandbox uid).
+    Otherwise working directories are tmpfs mounts of ``tmpfs_workdir_mb``, which count against
+    the container's memory limit.
     """
 
     name = "docker"
@@ -102,6 +102,7 @@ class DockerBackend(ExecutionBackend):
         policy: SandboxPolicy | None = None,
         tool_network: str = "loom-tools",
         work_root: Path | None = None,
+        host_workdirs: bool | None = None,
         tmpfs_workdir_mb: int = 2048,
         init_command: tuple[str, ...] = ("sleep", "2147483647"),
         workdir: str = "/work",
@@ -128,9 +129,11 @@ class DockerBackend(ExecutionBackend):
         }
         if docker_host:
             self._cli_env["DOCKER_HOST"] = docker_host
-        if work_root is None and self.daemon_is_local and os.geteuid() == 0:
+        if host_workdirs is None:
+            host_workdirs = work_root is not None or (self.daemon_is_local and os.geteuid() == 0)
+        if host_workdirs and work_root is None:
             work_root = Path(tempfile.gettempdir()) / "loom-docker" / safe_name(node_id)
-        self.work_root = work_root.resolve() if work_root is not None else None
+        self.work_root = work_root.resolve() if host_workdirs and work_root else None
         if self.work_root is not None:
             check_outside_repository(self.work_root)
 
@@ -336,7 +339,7 @@ class DockerBackend(ExecutionBackend):
                     container.name,
                 )
             async with container.network.hold(
-                dispatch_wants_network(dispatch), lambda on: self._set_network(container, on)
+                dispatch.network, lambda on: self._set_network(container, on)
             ):
                 return await self._exec(dispatch, container, started)
         except DockerError as exc:

@@ -81,7 +81,7 @@ def workdir_mount_args(
     owned by that user."""
     if host_dir is not None:
         return ["--mount", f"type=bind,source={host_dir},target={target}"]
-    options = f"rw,exec,nosuid,nodev,mode=0700,uid={policy.uid},gid={policy.gid},size={size_mb}m"
+    options = f"rw,exec,nosuid,nodev,uid={policy.uid},gid={policy.gid},size={size_mb}m"
     return ["--tmpfs", f"{target}:{options}"]
 
 
