@@ -14,13 +14,13 @@ own error, its own timeout:
   every item carries its idempotency key, so nothing is stored twice.
 - ``result()``: the ids awaited in one event-loop turn share one ``POST /actions/await/``
   long-poll. When it answers, its ended actions go to their callers and its other ids join the
-  next long-poll with the newly awaited ones. At most ``max_polls`` long-polls are in flight: a new
-  one beyond that absorbs the oldest (which is abandoned; the server frees its thread on the
-  hang-up), so a new id never waits long behind long-running ones. Only a poll in flight for
-  ``absorb_after_s`` is absorbed; until then new ids wait for the next poll to answer. Absorbing
-  younger ones would livelock a busy server: with new ids arriving faster than it answers a
-  poll, every poll would be abandoned before its answer and no result would ever arrive. A poll
-  carries at most the server's ``MAX_AWAIT_IDS``; more ids take more polls.
+  next long-poll with the newly awaited ones. At most ``max_polls`` long-polls are in flight: new
+  ids beyond that wait for the next poll to answer, or absorb the youngest poll once it has been
+  in flight ``absorb_after_s`` (it is abandoned; the server frees its thread on the hang-up), so
+  a new id never waits long behind long-running ones. Never the oldest, and never at once: under
+  a steady stream of new ids, a busy server would otherwise see every poll abandoned before its
+  answer, and no result would ever arrive. A poll carries at most the server's
+  ``MAX_AWAIT_IDS``; more ids take more polls.
 
 The sync ``Client`` gets the same from several threads: a call made while another is in flight
 runs as an ``AsyncClient`` call on a loop thread of its own (``LoopThread``).
@@ -45,7 +45,7 @@ SendAwait = Callable[[list[int], float], Awaitable[list[Action]]]  # ids, wait â
 T = TypeVar("T")
 MAX_BATCH = 1000  # items per coalesced submit (the server's LOOM_MAX_BATCH defaults to 10 000)
 MAX_POLLS = 4
-ABSORB_AFTER_S = 1.0  # a poll this old is waiting on long-running actions, not being answered
+ABSORB_AFTER_S = 1.0  # how long new ids may wait for a free poll before absorbing one
 
 
 class SubmitCoalescer:
@@ -178,11 +178,11 @@ class ResultCoalescer:
             return
         loop = asyncio.get_running_loop()
         if len(self._polls) >= self._max_polls:
-            oldest, absorbed = next(iter(self._polls.items()))
-            age = loop.time() - self._sent_at[oldest]
+            youngest, absorbed = next(reversed(self._polls.items()))
+            age = loop.time() - self._sent_at[youngest]
             if age < self._absorb_after_s:
-                # The polls in flight are young: the ids go out when one answers, or once the
-                # oldest has waited long enough to be absorbed.
+                # The ids go out when a poll answers, or once the youngest is old enough to be
+                # absorbed. The oldest is never absorbed: it is the one nearest its answer.
                 self._unsent.update(dict.fromkeys(ids))
                 if self._retry_flush is None:
                     self._retry_flush = loop.call_later(
@@ -190,8 +190,8 @@ class ResultCoalescer:
                     )
                 return
             if len(absorbed) + len(ids) <= self._max_ids:
-                del self._polls[oldest]
-                oldest.cancel()
+                del self._polls[youngest]
+                youngest.cancel()
                 ids = list(dict.fromkeys([*absorbed, *ids]))
         # More ids than one request may carry: as many polls as it takes (each answers alone).
         for start in range(0, len(ids), self._max_ids):
