@@ -47,6 +47,7 @@ async def backend(
     yield docker
     await docker.close()
     assert _node_containers(daemon, node) == []
+    assert docker.work_root is not None and not docker.work_root.exists()  # files gone too
 
 
 async def test_container_per_trajectory_with_cpuset_updated_before_each_exec(
@@ -123,11 +124,12 @@ async def test_cpu_agent_with_docker_backend_over_redis(
     node = f"dk-agent-{os.getpid()}"
     scheduler = SchedulerStandIn(redis_transport, names, "docker-pool")
     await scheduler.start()
+    backend = DockerBackend(node_id=node, image=image, docker_host=daemon.host)
     agent = CpuAgent(
         transport=redis_transport,
         node_id=node,
         pool="docker-pool",
-        backend=DockerBackend(node_id=node, image=image, docker_host=daemon.host),
+        backend=backend,
         streams=names,
         settings=AgentSettings(heartbeat_interval_s=0.2, read_block_ms=100),
     )
@@ -141,3 +143,4 @@ async def test_cpu_agent_with_docker_backend_over_redis(
         await wait_until(lambda: _node_containers(daemon, node) == [], 15)
     finally:
         await agent.stop()
+    assert backend.work_root is not None and not backend.work_root.exists()

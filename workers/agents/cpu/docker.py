@@ -439,10 +439,30 @@ class DockerBackend(ExecutionBackend):
     async def close(self) -> None:
         for key in list(self._containers):
             await self._remove(key)
-        if self.work_root is not None:
-            with contextlib.suppress(OSError):
-                await self.blocking(self.work_root.rmdir)  # only when empty
+        with contextlib.suppress(DockerError):
+            await self._remove_orphan_workdirs()
         self.stop_blocking_threads()
+
+    async def _remove_orphan_workdirs(self) -> None:
+        """Remove host working directories no container of this node uses any more (a removal
+        interrupted between ``docker rm`` and its directory); keep those of containers a later
+        agent may adopt."""
+        if self.work_root is None:
+            return
+        names = await self.docker(
+            "ps", "-a", "--format", "{{.Names}}", "--filter", f"label=loom.node={self.node_id}"
+        )
+        await self.blocking(self._remove_workdirs_except, set(names.split()))
+
+    def _remove_workdirs_except(self, names: set[str]) -> None:
+        assert self.work_root is not None
+        if not self.work_root.is_dir():
+            return
+        for directory in self.work_root.iterdir():
+            if directory.name not in names:
+                shutil.rmtree(directory, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.work_root.rmdir()  # only when empty
 
     async def remove_node_containers(self) -> int:
         """Remove every container labelled with this node (leftovers of a dead agent)."""
