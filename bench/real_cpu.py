@@ -47,7 +47,7 @@ SUITE_TESTS = 16
 SUITE_ROUNDS = 220  # ≈ 3.5 s on one idle core of this machine
 
 
-def _calibrate(project: Path, cores: int) -> dict[str, Any]:
+def _calibrate(scratch: Path, project: dict[str, int], cores: int) -> dict[str, Any]:
     """The suite's single-core time and E(m) measured now, on this machine, as the trainer's
     profile would give them (arl-tangram §4.1: t1 and the efficiency curve are inputs)."""
     import shutil
@@ -57,10 +57,12 @@ def _calibrate(project: Path, cores: int) -> dict[str, Any]:
 
     times: dict[int, float] = {}
     for dop in sorted({1, cores}):
-        workdir = project.parent / f"calibrate-{dop}"
+        workdir = scratch / f"calibrate-{dop}"
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir()
-        command = reward_command(project).replace("{dop}", str(dop))
+        command = reward_command(
+            tests=project["tests"], rounds_per_test=project["rounds_per_test"]
+        ).replace("{dop}", str(dop))
         started = time.perf_counter()
         subprocess.run(command, shell=True, cwd=workdir, check=True, capture_output=True)
         times[dop] = time.perf_counter() - started
@@ -86,15 +88,14 @@ def run_all(params: dict[str, Any]) -> dict[str, Any]:
 
     from apps.jobs.models import Job
     from apps.resources.models import PoolKind, ResourcePool
-    from workers.demo.projects import write_project
 
     call_command("migrate", verbosity=0, interactive=False)
     pool = ResourcePool.objects.create(name=POOL, kind=PoolKind.CPU)
     job = Job.objects.create(name="real-cpu", owner=User.objects.create_user("bench"))
     scratch = Path(params["scratch"])
     suite = params.get("suite") or {"tests": SUITE_TESTS, "rounds_per_test": SUITE_ROUNDS}
-    project = write_project(scratch / "project", **suite)
-    params = {**params, **_calibrate(project, params["cores"])}
+    project = dict(suite)  # written into each sandbox by its reward action
+    params = {**params, **_calibrate(scratch, project, params["cores"])}
     results: dict[str, Any] = {"calibration": {k: params[k] for k in ("t1_s", "efficiency")}}
     for approach in params["approaches"]:
         results[approach] = asyncio.run(_run_approach(approach, params, pool, job, project))
@@ -102,7 +103,7 @@ def run_all(params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _run_approach(
-    approach: str, params: dict[str, Any], pool: Any, job: Any, project: Path
+    approach: str, params: dict[str, Any], pool: Any, job: Any, project: dict[str, int]
 ) -> dict[str, Any]:
     from apps.actions.runtime import EmbeddedRuntime
     from apps.policies.models import Policy, PolicyKind
@@ -150,7 +151,7 @@ async def _run_approach(
 
 
 async def _trajectory(
-    approach: str, index: int, params: dict[str, Any], job: Any, project: Path, cores: int
+    approach: str, index: int, params: dict[str, Any], job: Any, project: dict[str, int], cores: int
 ) -> dict[str, list[float]]:
     from apps.actions.demand import parse_demand
     from apps.actions.services import ActionSpec, action_submit
@@ -180,7 +181,9 @@ async def _trajectory(
         return await asyncio.get_running_loop().run_in_executor(_WAITERS, _wait_ended, action_id)
 
     if approach == "reservation":
-        suite = reward_command(project).replace("{dop}", str(cores))
+        suite = reward_command(
+            tests=project["tests"], rounds_per_test=project["rounds_per_test"]
+        ).replace("{dop}", str(cores))
         stamp = "date +%s.%N"
         steps = params["shell_steps"]
         script = (
@@ -212,7 +215,7 @@ async def _trajectory(
         shell_acts.append(row["act_s"])
         await asyncio.sleep(think)
     row = await submit(
-        reward_command(project),
+        reward_command(tests=project["tests"], rounds_per_test=project["rounds_per_test"]),
         {"cpu": {"min": 1, "max": cores}},
         elasticity={"resource": "cpu", "efficiency": params["efficiency"]},
         single_unit_duration_s=params["t1_s"],

@@ -1,9 +1,10 @@
 """The demo's live workload: AI-coding trajectories whose actions really run on this machine.
 
-Each trajectory alternates "LLM thinking" (a pause) with tool actions — short shell commands in
-its sandbox — and ends with its reward: the test suite of a small generated Python project run
-as an elastic action (``pytest -n {dop}``, arl-tangram §2.2). Actions go through the same
-services as the REST API, so the scheduler, the agent and the dashboard see ordinary traffic.
+Each trajectory writes a small Python project into its sandbox, alternates "LLM thinking" (a
+pause) with tool actions — short shell commands there — and ends with its reward: the project's
+test suite run as an elastic action (``pytest -n {dop}``, arl-tangram §2.2), whose pass rate
+becomes the trajectory's reward and the action's score. Actions go through the same services as
+the REST API, so the scheduler, the agent and the dashboard see ordinary traffic.
 """
 
 from __future__ import annotations
@@ -12,18 +13,18 @@ import asyncio
 import logging
 import random
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from django.utils import timezone
 
 from apps.actions.demand import parse_demand
+from apps.actions.models import Action
 from apps.actions.notify import get_notifier
 from apps.actions.services import ActionSpec, action_submit
 from apps.jobs.models import Job
 from apps.resources.models import ResourcePool, Tool
 from apps.trajectories.models import Trajectory, TrajectoryStatus
 from apps.trajectories.services import trajectory_create
-from workers.demo.projects import reward_command, write_project
+from workers.demo.projects import parse_suite, suite_command, write_command
 
 log = logging.getLogger("loom.demo")
 
@@ -67,14 +68,12 @@ class DemoWorkload:
         *,
         job: Job,
         pool: ResourcePool,
-        projects_dir: Path,
         concurrent_trajectories: int = 3,
         think_seconds: tuple[float, float] = (0.5, 2.0),
         seed: int = 7,
     ) -> None:
         self.job = job
         self.pool = pool
-        self.projects_dir = projects_dir
         self.concurrent = concurrent_trajectories
         self.think_seconds = think_seconds
         self.random = random.Random(seed)
@@ -106,36 +105,42 @@ class DemoWorkload:
     async def _one_trajectory(self, slot: int) -> None:
         index = self.finished_trajectories * self.concurrent + slot
         tests = self.random.choice((4, 8, 16))
-        project = await asyncio.to_thread(
-            write_project,
-            self.projects_dir / f"project-{index % 24}",
-            tests=tests,
-            rounds_per_test=6,
-        )
         trajectory = await asyncio.to_thread(
             trajectory_create,
             job=self.job,
             prompt_id=f"demo-{index % 8}",
             status=TrajectoryStatus.TOOL_CALL,
         )
-        for command in self.random.sample(SHELL_STEPS, k=2):
+        steps = [write_command(tests=tests, rounds_per_test=6)]  # the rollout writes its code
+        steps += self.random.sample(SHELL_STEPS, k=2)
+        for command in steps:
             await asyncio.sleep(self.random.uniform(*self.think_seconds))
             await self._run(trajectory, SHELL_TOOL, command, {"cpu": 1}, None, None)
-        await self._run(
+        suite = await self._run(
             trajectory,
             SUITE_TOOL,
-            reward_command(project),
+            suite_command(),
             {"cpu": {"min": 1, "max": len(SUITE_EFFICIENCY)}},
             {"resource": "cpu", "efficiency": SUITE_EFFICIENCY},
             0.4 * tests,
         )
-        await asyncio.to_thread(
-            Trajectory.objects.filter(pk=trajectory.pk).update,
+        await asyncio.to_thread(self._record_reward, trajectory, suite, len(steps) + 1)
+        self.finished_trajectories += 1
+
+    @staticmethod
+    def _record_reward(trajectory: Trajectory, suite: Action, steps: int) -> None:
+        """The suite's pass rate is the reward (0 when it did not run): on the trajectory, and as
+        the reward action's score."""
+        score = parse_suite(suite.output).score if suite.status == "succeeded" else 0.0
+        Action.objects.filter(pk=suite.pk).update(score=score)
+        Trajectory.objects.filter(pk=trajectory.pk).update(
             status=TrajectoryStatus.FINISHED,
-            steps=3,
+            steps=steps,
+            reward=score,
             finished_at=timezone.now(),
         )
-        self.finished_trajectories += 1
+        if suite.status != "succeeded":
+            log.warning("demo reward action %s ended %s: %s", suite.pk, suite.status, suite.output)
 
     async def _run(
         self,
@@ -145,8 +150,8 @@ class DemoWorkload:
         demand: dict[str, object],
         elasticity: dict[str, object] | None,
         single_unit_duration_s: float | None,
-    ) -> None:
-        def submit_and_wait() -> None:
+    ) -> Action:
+        def submit_and_wait() -> Action:
             tool = Tool.objects.get(name=tool_name)
             spec = ActionSpec(
                 demand=parse_demand(demand, elasticity),
@@ -162,7 +167,9 @@ class DemoWorkload:
                 for _ in range(int(tool.timeout_s) + 60):
                     action.refresh_from_db(fields=["status"])
                     if action.is_terminal:
-                        return
+                        break
                     subscription.wait(1.0)
+            action.refresh_from_db()
+            return action
 
-        await asyncio.get_running_loop().run_in_executor(self._waiters, submit_and_wait)
+        return await asyncio.get_running_loop().run_in_executor(self._waiters, submit_and_wait)

@@ -11,9 +11,13 @@ an API agent; in-process transport) and a live demo workload of real sandboxed a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -29,6 +33,11 @@ from apps.jobs.models import ApiKey, Job
 from apps.policies.models import Policy, PolicyKind
 from apps.policies.services import policy_create
 from apps.resources.models import PoolKind, ResourcePool, Tool
+from workers.agents.cpu.local import make_private_root
+
+if TYPE_CHECKING:
+    from apps.actions.demo_workload import DemoWorkload
+    from apps.actions.runtime import EmbeddedRuntime
 
 ADMIN_USERNAME = "admin"
 DEMO_JOB = "demo"
@@ -63,40 +72,61 @@ def _kept_key(path: Path, *, job: Job | None, user: User | None, created_by: Use
     return raw_key
 
 
-async def serve_embedded(*, host: str, port: int, var_dir: Path, workload: bool) -> None:
-    """The web app, the runtime and the demo workload in one event loop until Ctrl-C."""
-    import uvicorn
+@contextlib.asynccontextmanager
+async def embedded_demo(
+    *, workload: bool, **workload_options: Any
+) -> AsyncIterator[tuple[EmbeddedRuntime, DemoWorkload | None]]:
+    """The embedded runtime and (``workload``) the demo workload, running until the block ends.
 
+    Working directories go to a fresh directory under LOOM_SANDBOX_ROOT: outside the repository,
+    so no project configuration of Loom's reaches an action, and never shared by two demos.
+    """
     from apps.actions.demo_workload import DemoWorkload
     from apps.actions.runtime import EmbeddedRuntime
     from apps.dashboard.publish import apublish
-    from apps.metrics.embedded import RollupThread
 
+    sandbox_root = Path(settings.LOOM_SANDBOX_ROOT)
+    make_private_root(sandbox_root)
+    work_root = Path(tempfile.mkdtemp(prefix="demo-", dir=sandbox_root))
     runtime = EmbeddedRuntime(
-        work_root=var_dir / "sandboxes",
+        work_root=work_root,
         publish_snapshot=lambda pool, snapshot: apublish(f"pool:{pool}", snapshot),
     )
-    await runtime.start()
-    rollups = RollupThread()  # no Celery beat in the embedded mode: history is written here
-    rollups.start()
     stop = asyncio.Event()
     tasks = []
-    if workload:
-        job, pool = await asyncio.to_thread(
-            lambda: (Job.objects.get(name=DEMO_JOB), ResourcePool.objects.get(name=DEMO_POOL))
-        )
-        demo = DemoWorkload(job=job, pool=pool, projects_dir=var_dir / "demo-projects")
-        tasks.append(asyncio.create_task(demo.run(stop)))
-    config = uvicorn.Config(
-        "controlplane.asgi:application", host=host, port=port, log_level="info", lifespan="off"
-    )
+    demo = None
     try:
-        await uvicorn.Server(config).serve()
+        await runtime.start()
+        if workload:
+            job, pool = await asyncio.to_thread(
+                lambda: (Job.objects.get(name=DEMO_JOB), ResourcePool.objects.get(name=DEMO_POOL))
+            )
+            demo = DemoWorkload(job=job, pool=pool, **workload_options)
+            tasks.append(asyncio.create_task(demo.run(stop)))
+        yield runtime, demo
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
         await runtime.stop()
-        rollups.stop()
+        shutil.rmtree(work_root, ignore_errors=True)
+
+
+async def serve_embedded(*, host: str, port: int, workload: bool) -> None:
+    """The web app, the runtime and the demo workload in one event loop until Ctrl-C."""
+    import uvicorn
+
+    from apps.metrics.embedded import RollupThread
+
+    async with embedded_demo(workload=workload):
+        rollups = RollupThread()  # no Celery beat in the embedded mode: history is written here
+        rollups.start()
+        config = uvicorn.Config(
+            "controlplane.asgi:application", host=host, port=port, log_level="info", lifespan="off"
+        )
+        try:
+            await uvicorn.Server(config).serve()
+        finally:
+            rollups.stop()
 
 
 class Command(BaseCommand):
@@ -121,7 +151,6 @@ class Command(BaseCommand):
                 serve_embedded(
                     host=options["host"],
                     port=options["port"],
-                    var_dir=var_dir,
                     workload=not options["no_workload"],
                 )
             )
