@@ -57,6 +57,8 @@ class RedisStreamsTransport(Transport):
     async def publish_many(self, stream: str, messages: Sequence[Message]) -> list[str]:
         if not messages:
             return []
+        if len(messages) == 1:  # a lone dispatch: a pipeline's bookkeeping would be all cost
+            return [await self.publish(stream, messages[0])]
         async with self._redis.pipeline(transaction=False) as pipe:
             for message in messages:
                 pipe.xadd(stream, {_FIELD: encode_json(message)}, **self._xadd_kwargs())
@@ -102,9 +104,22 @@ class RedisStreamsTransport(Transport):
     async def read(
         self, stream: str, group: str, consumer: str, *, count: int = 64, block_ms: int = 1000
     ) -> list[Delivery]:
-        response: Any = await self._redis.xreadgroup(
-            group, consumer, {stream: ">"}, count=count, block=block_ms if block_ms > 0 else None
-        )
+        try:
+            response: Any = await self._redis.xreadgroup(
+                group,
+                consumer,
+                {stream: ">"},
+                count=count,
+                block=block_ms if block_ms > 0 else None,
+            )
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            # Redis came back empty (no persistence): the group went with the stream. Create it
+            # again from the stream's start, so what was published since is read, not skipped.
+            logger.warning("group %s of %s is gone (Redis restarted?); creating it", group, stream)
+            await self.ensure_group(stream, group)
+            return []
         if not response:
             return []
         _, raw_entries = response[0]

@@ -53,6 +53,7 @@ class AgentSettings:
     read_block_ms: int = 1_000
     remember_cancelled: int = 10_000
     remember_finished: int = 100_000
+    remember_results: int = 1_024  # of the finished: the latest, sent again on a re-dispatch
     stop_timeout_s: float = 30.0
 
 
@@ -91,6 +92,9 @@ class AgentBase(abc.ABC):
         # Keys (action:attempt) that ended here: a scheduler restarted after a crash re-dispatches
         # what it had recorded as scheduled with the same attempt; that copy must not run again.
         self._finished: OrderedDict[str, None] = OrderedDict()
+        # The latest of their results: the copy may come because the first result was lost
+        # (Redis restarted empty before the scheduler read it), so it is answered again.
+        self._results: OrderedDict[str, ActionResult] = OrderedDict()
         self._ending_trajectories: set[str] = set()
         self._outbox: asyncio.Queue[tuple[ActionResult | None, str]] = asyncio.Queue()
         self._loops: list[asyncio.Task[None]] = []
@@ -229,8 +233,10 @@ class AgentBase(abc.ABC):
         if running is not None or dispatch.key in self._finished:
             # Our own entry back through reclaim (it runs here), or a duplicate of an attempt that
             # runs or already ended here (re-dispatched by a restarted scheduler): run it once.
+            # An ended one's result goes out again; the scheduler ignores one it already has.
             if running is None or running.entry_id != delivery.entry_id:
-                await self._outbox.put((None, delivery.entry_id))
+                again = self._results.get(dispatch.key) if running is None else None
+                await self._outbox.put((again, delivery.entry_id))
             return
         if delivery.delivery_count > 1:
             await self.clean_lost_attempt(dispatch)
@@ -253,10 +259,14 @@ class AgentBase(abc.ABC):
         task = asyncio.create_task(self._run_one(dispatch, delivery.entry_id))
         self._running[dispatch.key] = _Running(dispatch, delivery.entry_id, task)
 
-    def _remember_finished(self, key: str) -> None:
+    def _remember_finished(self, result: ActionResult) -> None:
+        key = result.key
         self._finished[key] = None
         while len(self._finished) > self.settings.remember_finished:
             self._finished.popitem(last=False)
+        self._results[key] = result
+        while len(self._results) > self.settings.remember_results:
+            self._results.popitem(last=False)
 
     def _on_cancel(self, cancel: Cancel) -> None:
         key = cancel.action_id if cancel.attempt is None else f"{cancel.action_id}:{cancel.attempt}"
@@ -310,7 +320,7 @@ class AgentBase(abc.ABC):
             result = self._ended(dispatch, "failed", REASON_INFRA_ERROR, started, time.time())
             result = ActionResult(**{**result.__dict__, "output": f"{type(exc).__name__}: {exc}"})
         self._running.pop(dispatch.key, None)
-        self._remember_finished(dispatch.key)
+        self._remember_finished(result)
         await self._outbox.put((result, entry_id))
         trajectory = dispatch.trajectory_id
         if (
