@@ -29,6 +29,8 @@ from workers.algorithms.tangram import (
     ElasticScheduler,
     Topology,
 )
+from workers.algorithms.tangram.policy import SCHEDULER_FIELDS
+from workers.scheduler.policy import policy_apply
 from workers.scheduler.records import ActionRecord, FinishUpdate, RequeueUpdate, ScheduledUpdate
 from workers.scheduler.specs import action_spec, allocation_json, dispatch_for, spec_id
 from workers.scheduler.store import ActionStore
@@ -49,7 +51,7 @@ from workers.transport import (
 
 log = logging.getLogger("loom.scheduler")
 
-POLICY_FIELDS = ("algorithm", "depth", "min_dop", "max_dop", "fixed_dop")
+POLICY_FIELDS = SCHEDULER_FIELDS
 RETRYABLE_REASONS = frozenset({"agent_lost"})
 
 
@@ -112,7 +114,12 @@ class SchedulerService:
         self.active: dict[str, _Active] = {}
         self.nodes: dict[str, NodeRegister] = {}
         self.last_seen: dict[str, float] = {}
-        self.policy_version: int | None = None
+        self.policy_version: int | None = None  # the version the scheduler runs
+        # The last version it refused, with why: it keeps running the one before (never a crash).
+        self.policy_rejected: dict[str, Any] | None = None
+        self._policy_seen: int | None = None
+        self.pass_failures = 0
+        self.last_pass_error: dict[str, Any] | None = None
         self.dispatched = 0
         self.completed = 0
         self.started = asyncio.Event()
@@ -185,6 +192,7 @@ class SchedulerService:
         self.nodes = {}
         self.last_seen = {}
         self.policy_version = None
+        self._policy_seen = None
         self._orphan_failures = []
         self._offline = []
         self._broken = False
@@ -295,7 +303,7 @@ class SchedulerService:
 
     async def _schedule_and_persist(self, batch: _Batch, now: float) -> None:
         assert self.scheduler is not None
-        assignments = self.scheduler.schedule(now)
+        assignments = self._schedule_pass(now)
         started: list[tuple[_Active, Assignment, int]] = []
         scheduled: list[ScheduledUpdate] = []
         for assignment in assignments:
@@ -320,6 +328,35 @@ class SchedulerService:
         await self._publish_dispatches(started)
         for node, cancel in batch.cancels:
             await self.transport.publish(self.streams.dispatch(node), cancel)
+
+    def _schedule_pass(self, now: float) -> list[Assignment]:
+        """One scheduling pass that a bug in the algorithm cannot turn into a crash loop.
+
+        A pass plans without touching state until it starts actions, so when planning raises,
+        the same queue is passed again under the plain FCFS-at-minimum baseline (arl-tangram
+        §6.4's ``fcfs-min``, no DoP bounds) and the error is reported in the snapshot. If the
+        failure left state half-changed (actions started but not returned), or the fallback
+        fails too, the error goes up: the service then rebuilds from the store, which still
+        holds every such action as queued, so nothing is lost.
+        """
+        assert self.scheduler is not None
+        scheduler = self.scheduler
+        running = scheduler.running_count
+        try:
+            return scheduler.schedule(now)
+        except Exception as exc:
+            if scheduler.running_count != running:
+                raise
+            self.pass_failures += 1
+            self.last_pass_error = {"at": now, "reason": f"{type(exc).__name__}: {exc}"}
+            log.exception("pool %s: a scheduling pass failed; passing again as fcfs-min",
+                          self.config.pool)  # fmt: skip
+        policy = scheduler.policy()
+        scheduler.set_policy(algorithm="fcfs-min", min_dop=None, max_dop=None)
+        try:
+            return scheduler.schedule(now)
+        finally:
+            scheduler.set_policy(**policy)
 
     def _only_moved(
         self, started: list[tuple[_Active, Assignment, int]], moved: frozenset[int], now: float
@@ -549,33 +586,20 @@ class SchedulerService:
     async def _refresh_policy(self) -> None:
         assert self.scheduler is not None
         loaded = await self._store_calls.run(self.store.load_policy, self.config.pool)
-        if loaded is None or loaded[0] == self.policy_version:
+        if loaded is None or loaded[0] == self._policy_seen:
             return
         version, settings = loaded
-        changes = {k: settings[k] for k in POLICY_FIELDS if k in settings}
-        try:
-            self.scheduler.set_policy(**changes)
-            self._apply_api_quotas(settings.get("quotas") or {})
-        except (ValueError, TypeError) as exc:
-            log.error("policy v%s of pool %s rejected: %s", version, self.config.pool, exc)
-        self.policy_version = version
-        log.info("pool %s now runs policy v%s: %s", self.config.pool, version, changes)
-
-    def _apply_api_quotas(self, quotas: dict[str, Any]) -> None:
-        """An API pool's policy may override its APIs' limits (arl-tangram §5.1), live."""
-        assert self.scheduler is not None
-        topology = self.scheduler.topology
-        if not isinstance(topology, BasicTopology):
+        self._policy_seen = version
+        reason = policy_apply(self.scheduler, settings)
+        if reason is not None:
+            # Kept on the version it runs; the dashboard shows why the new one was refused.
+            self.policy_rejected = {"version": version, "reason": reason}
+            log.error("pool %s: policy v%s rejected, still running v%s: %s",
+                      self.config.pool, version, self.policy_version, reason)  # fmt: skip
             return
-        for name, limits in quotas.items():
-            topology.set_limit(
-                name,
-                BasicLimit(
-                    concurrency=limits.get("concurrency"),
-                    quota=limits.get("quota"),
-                    period_s=float(limits.get("period_s", 60.0)),
-                ),
-            )
+        self.policy_version = version
+        self.policy_rejected = None
+        log.info("pool %s now runs policy v%s: %s", self.config.pool, version, settings)
 
     def snapshot(self, now: float) -> dict[str, Any]:
         """Compact state for the dashboard (published a few times per second at most)."""
@@ -589,6 +613,9 @@ class SchedulerService:
             "dispatched": self.dispatched,
             "completed": self.completed,
             "policy_version": self.policy_version,
+            "policy_rejected": self.policy_rejected,
+            "pass_failures": self.pass_failures,
+            "last_pass_error": self.last_pass_error,
             "nodes": self.scheduler.holdings(),
         }
 

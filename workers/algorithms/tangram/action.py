@@ -62,15 +62,28 @@ class ResourceDemand:
         return self.allowed is None
 
     def options(self, low: int | None = None, high: int | None = None) -> tuple[int, ...]:
-        """The feasible unit counts, optionally clipped to ``[low, high]`` (DoP bounds).
-
-        The minimum always stays feasible so that clipping never makes an action unschedulable.
-        """
+        """The feasible unit counts, optionally narrowed to ``[low, high]`` (DoP bounds)."""
         base = self.allowed if self.allowed is not None else range(self.minimum, self.maximum + 1)
-        lo = self.minimum if low is None else max(low, self.minimum)
-        hi = self.maximum if high is None else high
-        chosen = tuple(u for u in base if lo <= u <= hi)
-        return chosen if chosen else (self.minimum,)
+        return bounded_options(base, low, high)
+
+
+def bounded_options(feasible: Sequence[int], low: int | None, high: int | None) -> tuple[int, ...]:
+    """The feasible unit counts within the DoP bounds ``[low, high]`` (``None``: unbounded).
+
+    The bounds are a prior that narrows the feasible set ``c_{i,key}`` (arl-tangram §4.1). Where
+    they exclude every feasible count the paper is silent; Loom's rule is that the bounds yield
+    to the demand: the one feasible count nearest to ``[low, high]`` remains (the smaller on a
+    tie), so a policy can never make an action unschedulable. ``feasible`` is sorted ascending.
+    """
+    if not feasible:
+        return ()
+    lo = feasible[0] if low is None else low
+    hi = feasible[-1] if high is None else high
+    chosen = tuple(u for u in feasible if lo <= u <= hi)
+    if chosen:
+        return chosen
+    nearest = min(feasible, key=lambda u: (max(lo - u, u - hi, 0), u))
+    return (nearest,)
 
 
 @dataclass(frozen=True)

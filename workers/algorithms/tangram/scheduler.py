@@ -22,6 +22,16 @@ Deviations, each for a stated reason:
 Policies (``algorithm``, ``depth``, DoP bounds, ``fixed_dop``) can be changed on a live object:
 "elastic" is Algorithm 1, "fcfs-min" gives every action its minimum units, "fixed-dop" gives
 every scalable action ``fixed_dop`` units (the paper's DoP=4 / DoP=16 baselines).
+
+DoP bounds (Loom's rule where the paper is silent): ``min_dop``/``max_dop`` narrow a scalable
+action's feasible key units (§4.1's "priors to narrow the search space"), after the topology
+has dropped the counts it could never give one action (``Topology.unit_counts``) and lowered
+``min_dop`` to what every group can give (``Topology.min_dop_cap``). Admission
+(Alg. 1 line 3) reserves the *smallest count of that narrowed set* and DPArrange chooses only
+among that same set, so the all-at-minimum arrangement admission found is always one the DP can
+return: no policy can leave a prefix that "cannot be arranged". Where the bounds exclude every
+feasible count they yield to the demand (``action.bounded_options``); bounds never apply to
+non-scalable actions, which keep their minimum units (§4.2).
 """
 
 from __future__ import annotations
@@ -33,10 +43,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from workers.algorithms.tangram.action import ActionSpec
+from workers.algorithms.tangram.action import ActionSpec, ResourceDemand, bounded_options
 from workers.algorithms.tangram.dparrange import PrefixArrangement
 from workers.algorithms.tangram.history import DurationHistory
 from workers.algorithms.tangram.objective import approximated_objective
+from workers.algorithms.tangram.policy import ALGORITHMS
 from workers.algorithms.tangram.topology.base import (
     Accommodation,
     Allocation,
@@ -45,7 +56,6 @@ from workers.algorithms.tangram.topology.base import (
     WaitReason,
 )
 
-ALGORITHMS = ("elastic", "fcfs-min", "fixed-dop")
 DEFERRED = "deferred by elastic eviction"
 BEHIND = "queued behind earlier actions"
 
@@ -140,6 +150,9 @@ class ElasticScheduler:
         self._running: dict[str, _Running] = {}
         self._running_by_group: dict[Hashable, dict[str, float]] = {}
         self._wait_reasons: dict[str, str] = {}
+        # Each distinct key demand's options under the policy, for one pass (the topology may
+        # gain nodes or change limits between passes).
+        self._options_memo: dict[tuple[str, ResourceDemand], tuple[int, ...]] = {}
         self.passes = 0
         self.depth = 2
         self.algorithm = "elastic"
@@ -175,13 +188,13 @@ class ElasticScheduler:
         if unknown:
             raise ValueError(f"unknown policy field(s): {', '.join(sorted(unknown))}")
         merged = {name: getattr(self, name) for name in allowed} | changes
-        if not isinstance(merged["depth"], int) or merged["depth"] < 1:
+        if not _is_int(merged["depth"]) or merged["depth"] < 1:
             raise ValueError(f"depth: must be an integer >= 1, got {merged['depth']!r}")
-        if merged["algorithm"] not in ALGORITHMS:
+        if not isinstance(merged["algorithm"], str) or merged["algorithm"] not in ALGORITHMS:
             raise ValueError(f"algorithm: must be one of {ALGORITHMS}, got {merged['algorithm']!r}")
         for name in ("min_dop", "max_dop"):
             value = merged[name]
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if value is not None and (not _is_int(value) or value < 1):
                 raise ValueError(f"{name}: must be None or an integer >= 1, got {value!r}")
         if (
             merged["min_dop"] is not None
@@ -189,13 +202,14 @@ class ElasticScheduler:
             and merged["min_dop"] > merged["max_dop"]
         ):
             raise ValueError("min_dop: must not exceed max_dop")
-        if not isinstance(merged["fixed_dop"], int) or merged["fixed_dop"] < 1:
+        if not _is_int(merged["fixed_dop"]) or merged["fixed_dop"] < 1:
             raise ValueError(f"fixed_dop: must be an integer >= 1, got {merged['fixed_dop']!r}")
         window = merged["estimate_window"]
-        if window is not None and (not isinstance(window, int) or window < 0):
+        if window is not None and (not _is_int(window) or window < 0):
             raise ValueError(f"estimate_window: must be None or an integer >= 0, got {window!r}")
         for name, value in merged.items():
             setattr(self, name, value)
+        self._options_memo.clear()
 
     def policy(self) -> dict[str, object]:
         return {
@@ -302,21 +316,54 @@ class ElasticScheduler:
         return self.history.t1(spec)
 
     def _options(self, spec: ActionSpec) -> tuple[int, ...]:
-        demand = spec.key_demand()
-        assert demand is not None
-        return demand.options(self.min_dop, self.max_dop)
+        """The key units a scalable action may get: what the topology can give one action,
+        narrowed by the DoP bounds (see the module docstring); never empty."""
+        key = spec.key_resource
+        assert key is not None
+        demand = spec.resources[key]
+        memo_key = (key, demand)
+        options = self._options_memo.get(memo_key)
+        if options is None:
+            feasible = demand.options()
+            usable = self.topology.unit_counts(key, feasible) or feasible
+            low, cap = self.min_dop, self.topology.min_dop_cap(key)
+            if low is not None and cap is not None:
+                low = min(low, cap)
+            options = bounded_options(usable, low, self.max_dop)
+            self._options_memo[memo_key] = options
+        return options
+
+    def _least_key_units(self, spec: ActionSpec) -> int:
+        """The key units admission reserves: the smallest option under the policy.
+
+        Equal to the demand's minimum unless ``min_dop`` lies above it (the minimum is always
+        a count the topology can give: ``submit`` checked ``never_fits``), which keeps the
+        common case free of the options lookup.
+        """
+        key = spec.key_resource
+        assert key is not None
+        minimum = spec.resources[key].minimum
+        if self.min_dop is None or self.min_dop <= minimum or not spec.scalable:
+            return minimum
+        return self._options(spec)[0]
 
     def _request_units(self, spec: ActionSpec) -> dict[str, int]:
         units = spec.min_units()
-        if self.algorithm == "fixed-dop" and spec.scalable and spec.key_resource is not None:
+        key = spec.key_resource
+        if key is None or not spec.scalable:
+            return units
+        if self.algorithm == "fixed-dop":
             options = self._options(spec)
             fitting = [u for u in options if u <= self.fixed_dop]
-            units[spec.key_resource] = fitting[-1] if fitting else options[0]
+            units[key] = fitting[-1] if fitting else options[0]
+        else:
+            units[key] = self._least_key_units(spec)
         return units
 
     def _min_duration(self, spec: ActionSpec) -> float:
+        """Duration at the units admission would reserve (Alg. 2's "minimum resources")."""
         key = spec.key_resource
-        units = spec.resources[key].minimum if key else 1
+        units = self._least_key_units(spec) if key else 1
         return spec.duration(units, self._t1(spec))
 
     def _first_options(self, spec: ActionSpec) -> list[float]:
@@ -330,6 +377,7 @@ class ElasticScheduler:
         self.passes += 1
         if not self._waiting:
             return []
+        self._options_memo.clear()
         accommodation = self.topology.accommodation(now)
         candidates: list[_Candidate] = []
         leftovers: list[tuple[_Waiting, Hashable | None]] = []
@@ -513,6 +561,10 @@ class ElasticScheduler:
         )
         self._running_by_group.setdefault(group, {})[spec.action_id] = end
         return assignment
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _uses(spec: ActionSpec, resource: str) -> bool:

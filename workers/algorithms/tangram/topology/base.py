@@ -102,6 +102,23 @@ class Topology(ABC):
         """Resources DPArrange can divide here, in preference order (Alg. 1 line 5 splits)."""
         return tuple(sorted(self.resource_names))
 
+    def unit_counts(self, resource: str, counts: Sequence[int]) -> tuple[int, ...]:
+        """The ``counts`` of ``resource`` this topology could ever hand one action.
+
+        The scheduler narrows an elastic action's options with it before the DoP bounds, so
+        that admission and DPArrange (Alg. 1 line 3, Alg. 3) work on one set the topology can
+        really give; the default keeps every count.
+        """
+        return tuple(counts)
+
+    def min_dop_cap(self, resource: str) -> int | None:
+        """The most units of ``resource`` *every* group could give one action, or None.
+
+        A policy's ``min_dop`` above it is lowered to it: an action pinned to a smaller group
+        (a trajectory's node, §5.2) would otherwise wait forever for units that never come.
+        """
+        return None
+
     @abstractmethod
     def never_fits(self, spec: ActionSpec) -> WaitReason | None:
         """A reason when even an empty pool could not run ``spec`` at its minimum units."""

@@ -88,6 +88,16 @@ class BasicTopology(Topology):
         quota = big if limit.quota is None else limit.quota - self.used_in_period[name]
         return conc, quota
 
+    def unit_counts(self, resource: str, counts: Sequence[int]) -> tuple[int, ...]:
+        """No more units than the API's concurrency or quota allows at once (§5.1)."""
+        limit = self.limits.get(resource)
+        caps = (
+            [] if limit is None else [c for c in (limit.concurrency, limit.quota) if c is not None]
+        )
+        if not caps:
+            return tuple(counts)
+        return tuple(u for u in counts if u <= min(caps))
+
     def never_fits(self, spec: ActionSpec) -> WaitReason | None:
         for name, demand in spec.resources.items():
             if name not in self.limits:

@@ -154,6 +154,18 @@ class CpuTopology(Topology):
     def arranged_resources(self) -> tuple[str, ...]:
         return (CPU,)
 
+    def unit_counts(self, resource: str, counts: Sequence[int]) -> tuple[int, ...]:
+        """An action runs on one node (§5.2): no more cores than the largest node has."""
+        if resource != CPU or not self.nodes:
+            return tuple(counts)
+        largest = max(state.spec.cores for state in self.nodes.values())
+        return tuple(u for u in counts if u <= largest)
+
+    def min_dop_cap(self, resource: str) -> int | None:
+        if resource != CPU or not self.nodes:
+            return None
+        return min(state.spec.cores for state in self.nodes.values())
+
     def never_fits(self, spec: ActionSpec) -> WaitReason | None:
         if any(name not in self.resource_names for name in spec.resources):
             return WaitReason.NOT_IN_POOL

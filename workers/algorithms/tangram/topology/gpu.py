@@ -110,6 +110,12 @@ class GpuTopology(Topology):
     def arranged_resources(self) -> tuple[str, ...]:
         return (GPU,)
 
+    def unit_counts(self, resource: str, counts: Sequence[int]) -> tuple[int, ...]:
+        """Only buddy chunks inside one node can be handed out (§5.3)."""
+        if resource != GPU:
+            return tuple(counts)
+        return tuple(u for u in counts if u in CHUNK_SIZES and u <= self.gpus_per_node)
+
     def never_fits(self, spec: ActionSpec) -> WaitReason | None:
         if (
             any(name not in self.resource_names for name in spec.resources)
