@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import secrets
 import shutil
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,8 +78,10 @@ async def embedded_demo(
 ) -> AsyncIterator[tuple[EmbeddedRuntime, DemoWorkload | None]]:
     """The embedded runtime and (``workload``) the demo workload, running until the block ends.
 
-    Working directories go to a fresh directory under LOOM_SANDBOX_ROOT: outside the repository,
-    so no project configuration of Loom's reaches an action, and never shared by two demos.
+    Working directories go under LOOM_SANDBOX_ROOT: outside the repository, so no project
+    configuration of Loom's reaches an action; one directory per checkout (its ``var/``), never
+    shared by two checkouts' demos, emptied at start since a SIGTERM'd server (uvicorn re-raises
+    the signal once it has shut down) never reaches the clean-up below.
     """
     from apps.actions.demo_workload import DemoWorkload
     from apps.actions.runtime import EmbeddedRuntime
@@ -87,7 +89,9 @@ async def embedded_demo(
 
     sandbox_root = Path(settings.LOOM_SANDBOX_ROOT)
     make_private_root(sandbox_root)
-    work_root = Path(tempfile.mkdtemp(prefix="demo-", dir=sandbox_root))
+    checkout = hashlib.sha256(str(Path(settings.VAR_DIR).resolve()).encode()).hexdigest()[:12]
+    work_root = sandbox_root / f"demo-{checkout}"
+    shutil.rmtree(work_root, ignore_errors=True)
     runtime = EmbeddedRuntime(
         work_root=work_root,
         publish_snapshot=lambda pool, snapshot: apublish(f"pool:{pool}", snapshot),
