@@ -10,9 +10,14 @@ from typing import Any
 
 import pytest
 
+from apps.actions.demand import parse_demand
+from apps.actions.models import Action
+from apps.actions.notify import get_notifier
 from apps.actions.runtime import EmbeddedRuntime
-from apps.resources.models import PoolKind
-from tests.factories import PoolFactory
+from apps.actions.services import ActionSpec, action_submit
+from apps.resources.apis import ToolSerializer
+from apps.resources.models import PoolKind, Tool
+from tests.factories import JobFactory, PoolFactory, ToolFactory
 from workers.agents.cpu.agent import CpuAgent
 from workers.agents.cpu.local import LocalBackend
 from workers.agents.cpu.sandbox import SandboxUnavailable
@@ -67,3 +72,62 @@ async def test_sandboxed_with_the_interpreter_bound_and_work_root_private(
             assert (tmp_path / "w").stat().st_mode & 0o777 == 0o711
     finally:
         await runtime.stop()
+
+
+async def test_tool_network_travels_from_the_tool_row_to_the_sandbox(tmp_path: Path) -> None:
+    """Tool.network (REST-exposed) → the store's record → Dispatch.network → the sandbox: the
+    same command reaches a listener on the host's loopback only through the tool that has it."""
+    greeting = b"hello-from-the-host"
+
+    async def greet(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(greeting + b"\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(greet, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    connect = (
+        "python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', "
+        f'{port}), 3); print(s.recv(64).decode().strip())"'
+    )
+
+    def set_up() -> tuple[Any, dict[str, Any]]:
+        pool = PoolFactory.create(name="cpu", kind=PoolKind.CPU)
+        online = ToolFactory.create(name="online", pool=pool, network=True, command_template="")
+        ToolFactory.create(name="offline", pool=pool, command_template="")
+        return JobFactory.create(), ToolSerializer(online).data
+
+    job, serialized = await asyncio.to_thread(set_up)
+    assert serialized["network"] is True
+    runtime = EmbeddedRuntime(work_root=tmp_path / "w", cores=[0])
+    await runtime.start()
+    try:
+        online, offline = await asyncio.gather(
+            asyncio.to_thread(_submit_and_wait, job, "online", connect),
+            asyncio.to_thread(_submit_and_wait, job, "offline", connect),
+        )
+    finally:
+        await runtime.stop()
+        server.close()
+        await server.wait_closed()
+    assert (online.status, online.output.strip()) == ("succeeded", greeting.decode())
+    assert offline.status == "failed" and "refused" in offline.output.lower(), offline.output
+
+
+def _submit_and_wait(job: Any, tool_name: str, command: str) -> Action:
+    tool = Tool.objects.get(name=tool_name)
+    spec = ActionSpec(
+        demand=parse_demand({"cpu": 1}, None),
+        tool_id=tool.pk,
+        pool_id=tool.pool_id,
+        command=command,
+        timeout_s=30.0,
+    )
+    action = action_submit(job=job, spec=spec).action
+    with get_notifier().subscribe(action.pk) as subscription:
+        for _ in range(60):
+            action.refresh_from_db()
+            if action.is_terminal:
+                break
+            subscription.wait(1.0)
+    return action
