@@ -391,6 +391,29 @@ SCENARIOS: dict[str, Callable[[Servers, dict[str, Any]], dict[str, Any]]] = {
 }
 
 
+# Settings changed after a run, kept with what that run showed (quick runs, same machine).
+EARLIER_SETTINGS = {
+    "web_kill": {
+        "setting": {"batch": 200, "interval_s": 0.05, "sleep_s": 0.2},
+        "why_changed": "more shell processes than 2 cores can start: actions hit their own "
+        "20 s timeout, which measures the machine, not the fault",
+        "seen": {"lost": 0, "duplicated_runs": 0, "timed_out_by_their_own_timeout": 2134},
+    },
+    "agent_cut": {
+        "setting": {"trajectories": 16, "demand": {"memory_mb": 16}, "node_memory_mb": 256},
+        "why_changed": "a trajectory stays on its node: once the cut node was lost, all 16 "
+        "moved to the other node and the cut node never got work again, so its recovery "
+        "could not be measured; now every batch brings new trajectories",
+        "seen": {"lost": 0, "duplicated_runs": 60, "recovery_s": None},
+    },
+    "redis_restart": {
+        "setting": "unchanged; run before the fixes in workers/transport/redis_streams.py "
+        "(consumer group created again) and workers/agents/common/agent.py (result re-sent)",
+        "seen": {"lost_never_ran_then_timed_out": 460, "of_actions": 700, "duplicated_runs": 0},
+    },
+}
+
+
 def sizes(quick: bool) -> dict[str, dict[str, Any]]:
     steady = {"batch": 20, "interval_s": 0.2, "sleep_s": 1.0}
     if quick:
@@ -455,6 +478,7 @@ def run(quick: bool) -> BenchReport:
             "postgres": "own initdb cluster, fsync off, stopped with -m immediate",
             "actions": "non-idempotent shell commands (no tool), each recording its runs in "
             "its trajectory's working directory",
+            "earlier_settings": EARLIER_SETTINGS,
         },
     )
     try:
