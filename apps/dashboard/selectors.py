@@ -345,12 +345,13 @@ def pool_policies(pool: ResourcePool, applied_version: int | None = None) -> dic
         list(policy.versions.select_related("author").order_by("-version")[:50]) if policy else []
     )
     current: dict[str, Any] | None = None
+    defaults = policy_defaults(pool)
     if policy is not None:
         current = {
             "version": policy.version,
             "author": policy.updated_by.get_username() if policy.updated_by else None,
             "created_at": policy.updated_at.isoformat(),
-            "settings": {**policy_defaults(), **(policy.settings or {})},
+            "settings": {**defaults, **(policy.settings or {})},
             "diff": [],
         }
     return {
@@ -358,6 +359,7 @@ def pool_policies(pool: ResourcePool, applied_version: int | None = None) -> dic
         "current": current,
         "applied_version": applied_version,
         "versions": [_version_json(v, diff_rows(v.diff)) for v in versions],
+        "defaults": defaults,
     }
 
 

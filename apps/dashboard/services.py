@@ -24,7 +24,7 @@ from apps.dashboard.selectors import pool_policy
 from apps.dashboard.snapshots import job_snapshot, node_view, pool_snapshot
 from apps.jobs.models import Job
 from apps.policies.models import Policy, PolicyKind
-from apps.policies.services import policy_create, policy_update
+from apps.policies.services import PolicyInvalid, policy_create, policy_update
 from apps.resources.models import Node, NodeStatus, PoolKind, ResourcePool
 
 DEMO_JOB_NAME = "dashboard-demo"
@@ -59,10 +59,19 @@ def _publish_after_commit(topic: str, payload_factory: Any) -> None:
 def dashboard_policy_save(*, user: User, pool: ResourcePool, settings: Any) -> Policy:
     """Validate and store a new version of the pool's action-scheduler policy."""
     _require_operator(user, "change a policy")
-    clean, errors = policy_validate(settings)
+    clean, errors = policy_validate(settings, pool=pool)
     if errors:
         raise DashboardInputError(errors)
     author = user if isinstance(user, AbstractBaseUser) else None
+    try:
+        return _policy_store(pool=pool, settings=clean, author=author)
+    except PolicyInvalid as error:  # the pool changed between the check and the write
+        raise DashboardInputError(error.errors) from None
+
+
+def _policy_store(*, pool: ResourcePool, settings: dict[str, Any], author: Any) -> Policy:
+    """Create the pool's policy or add a version to it; publish the pool once committed."""
+    clean = settings
     with transaction.atomic():
         policy = pool_policy(pool)
         if policy is None:
@@ -71,14 +80,14 @@ def dashboard_policy_save(*, user: User, pool: ResourcePool, settings: Any) -> P
                 kind=PolicyKind.ACTION_SCHEDULER,
                 pool=pool,
                 settings=clean,
-                author=author,  # type: ignore[arg-type]
+                author=author,
                 comment="created from the dashboard",
             )
         else:
             policy = policy_update(
                 policy_id=policy.pk,
                 settings=clean,
-                author=author,  # type: ignore[arg-type]
+                author=author,
                 comment="changed from the dashboard",
             )
         _publish_after_commit(f"pool:{pool.name}", lambda: pool_snapshot(pool))

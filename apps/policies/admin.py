@@ -2,11 +2,33 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
 from apps.policies import services
 from apps.policies.models import Policy, PolicyVersion
+from apps.policies.validation import PolicyInvalid, policy_settings_check
+
+
+class PolicyAdminForm(forms.ModelForm):
+    """The same check as the REST API and the dashboard, shown on the form's settings field."""
+
+    class Meta:
+        model = Policy
+        fields = ["name", "kind", "pool", "settings"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if "settings" in data and data.get("kind"):
+            try:
+                policy_settings_check(
+                    kind=data["kind"], settings=data["settings"], pool=data.get("pool")
+                )
+            except PolicyInvalid as error:
+                for problem in error.errors:
+                    self.add_error("settings", f"{problem['field']}: {problem['reason']}")
+        return data
 
 
 class PolicyVersionInline(admin.TabularInline):
@@ -25,6 +47,7 @@ class PolicyVersionInline(admin.TabularInline):
 class PolicyAdmin(admin.ModelAdmin):
     """Saving goes through the services, so admin edits are versioned like API edits."""
 
+    form = PolicyAdminForm
     list_display = ["name", "kind", "pool", "version", "updated_by", "updated_at"]
     list_filter = ["kind", "pool"]
     search_fields = ["name"]

@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from apps.jobs.access import IsStaffPrincipal, acting_user
 from apps.policies import services
 from apps.policies.models import Policy, PolicyKind, PolicyVersion
+from apps.policies.validation import PolicyInvalid
 from apps.resources.models import ResourcePool
 from controlplane.api.errors import Conflict
 from controlplane.api.fields import INT32_MAX
@@ -78,6 +79,18 @@ class PolicyUpdateSerializer(serializers.Serializer):
     comment = serializers.CharField(required=False, allow_blank=True, max_length=500)
 
 
+def _invalid(error: PolicyInvalid) -> serializers.ValidationError:
+    """400 naming each field (``settings.min_dop``) and the reason, in Loom's error shape."""
+    detail: dict[str, Any] = {}
+    for problem in error.errors:
+        path = problem["field"].split(".")
+        node = detail
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node.setdefault(path[-1], []).append(problem["reason"])
+    return serializers.ValidationError(detail)
+
+
 class PolicyViewSet(viewsets.GenericViewSet):
     queryset = Policy.objects.select_related("pool", "updated_by")
     serializer_class = PolicyOutputSerializer
@@ -99,7 +112,10 @@ class PolicyViewSet(viewsets.GenericViewSet):
         data = serializer.validated_data
         if Policy.objects.filter(name=data["name"]).exists():
             raise Conflict(field="name", reason=f"a policy named {data['name']!r} already exists")
-        policy = services.policy_create(author=acting_user(request), **data)
+        try:
+            policy = services.policy_create(author=acting_user(request), **data)
+        except PolicyInvalid as error:
+            raise _invalid(error) from None
         return Response(PolicyOutputSerializer(policy).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=PolicyUpdateSerializer, responses=PolicyOutputSerializer)
@@ -115,6 +131,8 @@ class PolicyViewSet(viewsets.GenericViewSet):
             raise Conflict(
                 field="expected_version", reason=f"the policy is at version {error.current}"
             ) from None
+        except PolicyInvalid as error:
+            raise _invalid(error) from None
         return Response(PolicyOutputSerializer(policy).data)
 
     def destroy(self, request: Request, pk: str) -> Response:

@@ -1,4 +1,8 @@
-"""Writes for policies: every change is a new PolicyVersion with its author and diff."""
+"""Writes for policies: every change is a new PolicyVersion with its author and diff.
+
+Both writes check the settings against every rule and the pool (validation.py) first, so the
+REST API, the admin and the dashboard can never store a policy the scheduler cannot run.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,10 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from apps.policies.models import Policy, PolicyKind, PolicyVersion
+from apps.policies.validation import PolicyInvalid, policy_settings_check
 from apps.resources.models import ResourcePool
+
+__all__ = ["PolicyInvalid", "PolicyVersionConflict", "policy_create", "policy_update"]
 
 
 class PolicyVersionConflict(Exception):
@@ -43,6 +50,7 @@ def policy_create(
     comment: str = "",
 ) -> Policy:
     author = _user_or_none(author)
+    policy_settings_check(kind=kind, settings=settings, pool=pool)
     policy = Policy.objects.create(
         name=name, kind=kind, pool=pool, settings=settings, version=1, updated_by=author
     )
@@ -66,11 +74,13 @@ def policy_update(
     expected_version: int | None = None,
     comment: str = "",
 ) -> Policy:
-    """Replace the settings, recording a new version; optimistic check on ``expected_version``."""
+    """Replace the settings, recording a new version; optimistic check on ``expected_version``;
+    PolicyInvalid (nothing stored) when the settings break a rule for the policy's pool."""
     author = _user_or_none(author)
     policy = Policy.objects.select_for_update().get(pk=policy_id)
     if expected_version is not None and expected_version != policy.version:
         raise PolicyVersionConflict(policy.version)
+    policy_settings_check(kind=policy.kind, settings=settings, pool=policy.pool)
     diff = settings_diff(policy.settings, settings)
     if not any(diff.values()):
         return policy

@@ -24,6 +24,8 @@ export interface PoolSnapshot {
   util: Utilisation;
   /** The policy version the scheduler runs (only the scheduler's snapshots carry it). */
   policy_version?: number | null;
+  /** A version the scheduler refused to apply, and why (it keeps running ``policy_version``). */
+  policy_rejected?: { version: number; reason: string } | null;
   /** The version saved in the database (the database-backed snapshots carry it). */
   stored_policy_version?: number | null;
   head_wait_reason?: string | null;
@@ -167,6 +169,8 @@ export interface PoolPolicies {
   current: PolicyVersion | null;
   applied_version: number | null;
   versions: PolicyVersion[];
+  /** Every field's default, the DoP ones clamped into this pool (the form's start values). */
+  defaults?: Record<string, unknown>;
 }
 
 export interface PoliciesResponse {

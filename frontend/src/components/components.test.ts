@@ -133,5 +133,8 @@ describe("pool events from two publishers", () => {
     expect(describeApplied(undefined, 2)).toBe("v2 saved; the scheduler has not reported yet");
     expect(describeApplied(2, 2)).toBe("applied: v2");
     expect(describeApplied(1, 2)).toBe("scheduler runs v1; v2 pending");
+    expect(describeApplied(1, 2, { version: 2, reason: "settings.depth: must be ≥ 1" })).toBe(
+      "v2 rejected by the scheduler (settings.depth: must be ≥ 1); it runs v1",
+    );
   });
 });

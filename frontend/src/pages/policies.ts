@@ -8,8 +8,16 @@ import { h, replace } from "../dom";
 import { fmtTime } from "../format";
 import type { PoliciesResponse, PolicyVersion, PoolEvent, PoolPolicies } from "../types";
 
-/** What the applied-version badge says, given what the scheduler reports and what is saved. */
-export function describeApplied(running: number | null | undefined, saved: number | null): string {
+/** What the applied-version badge says, given what the scheduler reports and what is saved;
+ * a saved version the scheduler refused (it keeps the one it runs) says so, with the reason. */
+export function describeApplied(
+  running: number | null | undefined,
+  saved: number | null,
+  rejected?: { version: number; reason: string } | null,
+): string {
+  if (rejected && rejected.version === saved) {
+    return `v${saved} rejected by the scheduler (${rejected.reason}); it runs v${running ?? "–"}`;
+  }
   if (running === null || running === undefined) {
     return saved === null ? "no policy saved" : `v${saved} saved; the scheduler has not reported yet`;
   }
@@ -51,11 +59,11 @@ export function policiesPage(ctx: PageContext): Page {
         // Only the scheduler's snapshots say which version runs.
         const version = (raw as PoolEvent).policy_version;
         if (version === undefined) return;
-        applied.textContent = describeApplied(version, current);
+        applied.textContent = describeApplied(version, current, (raw as PoolEvent).policy_rejected);
         applied.className = `applied ${version === current ? "ok" : "pending"}`;
       }),
     );
-    const form = new PolicyForm(fields, entry.current?.settings ?? {}, readOnly, async (values: PolicyValues) => {
+    const form = new PolicyForm(fields, entry.current?.settings ?? entry.defaults ?? {}, readOnly, async (values: PolicyValues) => {
       try {
         const saved = await apiPost<PoolPolicies>(`/policies/${encodeURIComponent(entry.pool)}`, { settings: values });
         form.status.textContent = `Saved version ${saved.current?.version}`;

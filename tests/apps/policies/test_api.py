@@ -12,14 +12,14 @@ def test_versions_record_who_changed_what(staff_actor):
     client = staff_actor.client
     created = client.post(
         "/api/v1/policies/",
-        {"name": "cpu-sched", "kind": "action_scheduler", "settings": {"depth": 2, "pps": True}},
+        {"name": "cpu-sched", "kind": "action_scheduler", "settings": {"depth": 2, "min_dop": 2}},
         format="json",
     )
     assert created.status_code == 201, created.json()
     url = f"/api/v1/policies/{created.json()['id']}/"
     updated = client.patch(
         url,
-        {"settings": {"depth": 3, "lambda": 0.5}, "expected_version": 1, "comment": "deeper"},
+        {"settings": {"depth": 3, "max_dop": 8}, "expected_version": 1, "comment": "deeper"},
         format="json",
     )
     assert updated.status_code == 200 and updated.json()["version"] == 2
@@ -27,11 +27,11 @@ def test_versions_record_who_changed_what(staff_actor):
     assert [v["version"] for v in versions] == [2, 1]
     assert versions[0]["author"] == "operator" and versions[0]["comment"] == "deeper"
     assert versions[0]["diff"] == {
-        "added": {"lambda": 0.5},
-        "removed": {"pps": True},
+        "added": {"max_dop": 8},
+        "removed": {"min_dop": 2},
         "changed": {"depth": [2, 3]},
     }
-    assert versions[0]["settings"] == {"depth": 3, "lambda": 0.5}
+    assert versions[0]["settings"] == {"depth": 3, "max_dop": 8}
 
     stale = client.patch(url, {"settings": {"depth": 9}, "expected_version": 1}, format="json")
     assert stale.status_code == 409

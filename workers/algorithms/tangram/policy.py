@@ -144,8 +144,10 @@ def _check_quota_units(name: str, key: str, units: Any) -> str | None:
         return None
     if not isinstance(units, int) or isinstance(units, bool):
         return f"{name}.{key} must be a whole number"
-    if not 0 <= units <= MAX_QUOTA_UNITS:
-        return f"{name}.{key} must be between 0 and {MAX_QUOTA_UNITS}"
+    if units < 0:
+        return f"{name}.{key} must be ≥ 0"
+    if units > MAX_QUOTA_UNITS:
+        return f"{name}.{key} must be ≤ {MAX_QUOTA_UNITS}"
     return None
 
 
