@@ -61,6 +61,46 @@ def add_error_responses(
     return result
 
 
+# OpenAPI links (3.0 §4.7.21): where an action's id, once an operation answers with it, can go
+# next. Clients and generators (schemathesis' stateful runs) follow them: submit → get, cancel,
+# result, await.
+_ACTION_ID = "$response.body#/id"
+_FIRST_BATCH_ID = "$response.body#/items/0/id"
+
+
+def _action_links(action_id: str) -> dict[str, Any]:
+    by_id = {"action_id": action_id}
+    return {
+        "GetAction": {"operationId": "actions_retrieve", "parameters": by_id},
+        "CancelAction": {"operationId": "actions_cancel_create", "parameters": by_id},
+        "ActionResult": {"operationId": "actions_result_retrieve", "parameters": by_id},
+        "AwaitAction": {"operationId": "actions_await_create", "requestBody": {"ids": [action_id]}},
+    }
+
+
+ACTION_LINKS = {
+    ("actions_create", "201"): _action_links(_ACTION_ID),
+    ("actions_create", "200"): _action_links(_ACTION_ID),
+    ("actions_batch_create", "201"): _action_links(_FIRST_BATCH_ID),
+    ("actions_cancel_create", "200"): _action_links(_ACTION_ID),
+}
+
+
+def add_action_links(
+    result: dict[str, Any], generator: Any, request: Any, public: bool
+) -> dict[str, Any]:
+    """Postprocessing hook: the ``ACTION_LINKS`` of each operation's responses."""
+    for path_item in result.get("paths", {}).values():
+        for operation in path_item.values():
+            if not isinstance(operation, dict):
+                continue
+            for code, response in operation.get("responses", {}).items():
+                links = ACTION_LINKS.get((str(operation.get("operationId")), str(code)))
+                if links is not None:
+                    response["links"] = links
+    return result
+
+
 class LoomAutoSchema(AutoSchema):
     """Names nested serializers after their view: ``ActionBatchApi.InputSerializer`` →
     ``ActionBatchInput``, so every endpoint can own an ``InputSerializer`` (STYLE.md §2)."""

@@ -209,6 +209,7 @@ SPECTACULAR_SETTINGS: dict[str, Any] = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "controlplane.api.schema.add_error_responses",
+        "controlplane.api.schema.add_action_links",
     ],
     "ENUM_NAME_OVERRIDES": {
         "ActionStatusEnum": "apps.actions.models.ActionStatus",

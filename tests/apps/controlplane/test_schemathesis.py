@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 import schemathesis
-from django.core.signals import request_finished, request_started
-from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -43,17 +41,6 @@ CHECKS = [
     content_type_conformance,
     response_schema_conformance,
 ]
-
-
-@pytest.fixture
-def keep_test_connection() -> Any:
-    """Calling the WSGI app directly fires request_finished, which would close the connection
-    holding the test's transaction; Django's own test client disconnects it the same way."""
-    request_started.disconnect(close_old_connections)
-    request_finished.disconnect(close_old_connections)
-    yield
-    request_started.connect(close_old_connections)
-    request_finished.connect(close_old_connections)
 
 
 @pytest.fixture
