@@ -98,6 +98,14 @@ class LocalBackend(ExecutionBackend):
     def sandboxed(self) -> bool:
         return self.sandbox is not None
 
+    @property
+    def fallback_nproc(self) -> int:
+        """Where no pids cgroup exists, RLIMIT_NPROC caps the sandbox user instead. The kernel
+        counts it per uid across the host, not per action: one action per core may each hold
+        ``pids_limit``, so that a fork bomb exhausts the sandbox user's share, never the host's,
+        and ordinary actions beside it still start."""
+        return self.pids_limit * max(1, os.cpu_count() or 1)
+
     def trajectory_dir(self, trajectory_id: str) -> Path:
         return self.work_root / safe_name(trajectory_id)
 
@@ -127,19 +135,17 @@ class LocalBackend(ExecutionBackend):
 
         With a cgroup, a wrapper shell writes its own pid into the cgroup and execs the sandbox,
         so nothing the command forks escapes and the agent never waits for the slow v1 cpuset
-        attach. Without one, ``taskset`` pins the child (children inherit the affinity) and the
-        sandbox user's process count is capped instead of a pids cgroup. No ``preexec_fn``: it is
-        not fork-safe in a threaded process such as the agent.
+        attach. Without one, ``taskset`` pins the child (children inherit the affinity). No
+        ``preexec_fn``: it is not fork-safe in a threaded process such as the agent.
         """
         command = [self.shell, "-c", dispatch.rendered_command()]
         if self.sandbox is not None:
-            nproc = (
-                None
-                if cgroup is not None and self.cgroups and self.cgroups.limits_pids
-                else (self.pids_limit)
-            )
+            has_pids_cgroup = cgroup is not None and bool(self.cgroups and self.cgroups.limits_pids)
             command = self.sandbox.wrap(
-                command, workdir=workdir, network=dispatch.network, nproc=nproc
+                command,
+                workdir=workdir,
+                network=dispatch.network,
+                nproc=None if has_pids_cgroup else self.fallback_nproc,
             )
         if cgroup is not None:
             files = cgroup.procs_files
