@@ -267,13 +267,18 @@ class ActionListSubmitApi(CursorListView):
                 spec: ActionSpec = serializer.validated_data
                 job = resolve_job(request, serializer.job_id)
                 check_trajectories(job_id=job.pk, specs=[spec], field=None)
-                return services.action_submit(job=job, spec=spec, before_announce=subscribe)
+                # Waiting, it answers after the end's own (synchronous) commit, or flushes.
+                return services.action_submit(
+                    job=job, spec=spec, before_announce=subscribe, durable=wait <= 0
+                )
 
             submitted = with_catalog(attempt)
             action = submitted.action
             if subscriptions and not action.is_terminal:
                 wait_until_ended(request, subscriptions[-1], wait)
                 catch_up(action, subscriptions[-1])
+            if wait > 0 and not action.is_terminal:
+                hot_path.flush_commits()  # answered before its end: its insert on disk first
             if submitted.created:
                 prime_names(action, selectors.submit_catalog())
         code = status.HTTP_201_CREATED if submitted.created else status.HTTP_200_OK

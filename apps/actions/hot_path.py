@@ -10,6 +10,11 @@ answer (measured in ``bench overhead``: the re-read after a submit-and-wait was 
 from the model's own metadata — column names, value preparation (``pre_save`` and
 ``get_db_prep_save``) and result converters are Django's — so a new column on ``Action`` needs
 no change here.
+
+A submitter that will answer only after a later synchronous commit of the same action (submit
+and wait: the end's commit) may insert without waiting for the WAL flush (``durable=False``):
+PostgreSQL flushes the WAL in order, so the later commit's flush — or ``flush_commits`` — makes
+the insert durable too, before anyone is told of it.
 """
 
 from __future__ import annotations
@@ -43,22 +48,55 @@ Converter = Callable[[Any, Any, Any], Any]
 Converters = list[tuple[Any, list[Converter]]]  # per field: its column expression, converters
 
 
-def insert_action(action: Action) -> None:
+def insert_action(action: Action, *, durable: bool = True) -> None:
     """INSERT ``action`` in one statement and give it its primary key (PostgreSQL: RETURNING).
 
     Like ``action.save(force_insert=True)`` minus the ORM's per-call compilation; sends no
     ``pre_save``/``post_save`` signals (``Action`` has no receivers). Raises IntegrityError as
     ``save`` would.
+
+    ``durable=False`` (PostgreSQL in autocommit, client-side binding): the insert commits
+    without waiting for its WAL flush (``synchronous_commit = off`` for this transaction only).
+    It is visible at once but survives a database crash only once a later synchronous commit
+    (the scheduler's, which precedes any dispatch) or ``flush_commits`` has returned: the caller
+    must see one of them before it tells anyone the action exists.
     """
     fields, sql = _insert_statement(connection.vendor)
     values = [field.get_db_prep_save(field.pre_save(action, True), connection) for field in fields]
+    lazy = not durable and _can_commit_lazily()
     with connection.cursor() as cursor:
-        cursor.execute(sql, values)
+        if lazy:
+            # One simple-protocol message: PostgreSQL runs both as one implicit transaction,
+            # so SET LOCAL holds for this INSERT's commit only.
+            cursor.execute(f"SET LOCAL synchronous_commit TO OFF; {sql}", values)
+            cursor.nextset()
+        else:
+            cursor.execute(sql, values)
         row = cursor.fetchone()
     assert row is not None
     action.pk = row[0]
     action._state.adding = False
     action._state.db = connection.alias
+
+
+def flush_commits() -> None:
+    """Return once every commit this connection's server acknowledged so far is on disk: a
+    transaction that takes an id commits synchronously, and its WAL flush covers all that
+    precedes it (``insert_action(durable=False)``'s inserts among them)."""
+    if not _can_commit_lazily():
+        return  # nothing was committed lazily
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT txid_current()")
+
+
+def _can_commit_lazily() -> bool:
+    """PostgreSQL in autocommit with client-side binding (Django's default), which sends a
+    statement's text whole and so may send two statements in one message."""
+    return (
+        connection.vendor == "postgresql"
+        and not connection.in_atomic_block
+        and connection.settings_dict["OPTIONS"].get("server_side_binding") is not True
+    )
 
 
 def refresh_progress(action: Action) -> None:

@@ -102,13 +102,15 @@ def _existing_by_key(*, job: Job, keys: Iterable[str]) -> dict[str, Action]:
     return found
 
 
-def _submit_one(*, job: Job, spec: ActionSpec, before_announce: BeforeAnnounce | None) -> Submitted:
+def _submit_one(
+    *, job: Job, spec: ActionSpec, before_announce: BeforeAnnounce | None, durable: bool = True
+) -> Submitted:
     """One action, optimistically: a single INSERT in autocommit (all-or-nothing already, one
     round trip instead of BEGIN, SELECT by key, INSERT, COMMIT). Only when its idempotency key
     is taken does it read the action that holds it."""
     action = _build(job=job, spec=spec, now=timezone.now())
     try:
-        insert_action(action)
+        insert_action(action, durable=durable)
     except IntegrityError:
         if spec.idempotency_key is None:
             raise
@@ -169,17 +171,27 @@ def action_submit_batch(
 
 
 def action_submit(
-    *, job: Job, spec: ActionSpec, before_announce: BeforeAnnounce | None = None
+    *,
+    job: Job,
+    spec: ActionSpec,
+    before_announce: BeforeAnnounce | None = None,
+    durable: bool = True,
 ) -> Submitted:
     """Submit one action. ``before_announce`` sees a new action after its INSERT and before its
-    scheduler can hear of it (e.g. to subscribe to its end)."""
+    scheduler can hear of it (e.g. to subscribe to its end).
+
+    ``durable=False``: for a caller that answers only once the action has ended (its end is
+    committed synchronously, which makes the insert durable too) or after
+    ``hot_path.flush_commits``; the insert then does not wait for its own WAL flush
+    (``hot_path.insert_action``).
+    """
     connection = transaction.get_connection()
     if connection.in_atomic_block or connection.vendor != "postgresql":
         # Inside a caller's transaction a failed INSERT would poison it; SQLite's autocommit
         # writes do not wait for a lock (BEGIN IMMEDIATE does). Take the batch path, which looks
         # the key up first and inserts in a transaction (announced on commit).
         return action_submit_batch(job=job, specs=[spec], before_announce=before_announce)[0]
-    return _submit_one(job=job, spec=spec, before_announce=before_announce)
+    return _submit_one(job=job, spec=spec, before_announce=before_announce, durable=durable)
 
 
 def action_mark_scheduled(

@@ -76,6 +76,42 @@ def test_insert_action_raises_integrity_error_on_a_taken_key(fields: dict[str, A
     assert Action.objects.count() == 1
 
 
+def _synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return str(cursor.fetchone()[0])
+
+
+@pytest.mark.django_db(transaction=True)  # autocommit, as a request runs
+def test_a_lazy_insert_stores_the_same_row_and_leaves_the_session_as_it_was(
+    fields: dict[str, Any],
+) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("commits lazily on PostgreSQL only")
+    before = _synchronous_commit()
+    eager = Action(**fields)
+    hot_path.insert_action(eager)
+    lazy = Action(**(fields | {"idempotency_key": "key-2"}))
+    with CaptureQueriesContext(connection) as queries:
+        hot_path.insert_action(lazy, durable=False)
+    assert len(queries.captured_queries) == 1
+    assert "synchronous_commit" in queries.captured_queries[0]["sql"]
+    assert _row(lazy.pk) == _row(eager.pk) | {"idempotency_key": "key-2"}
+    assert _synchronous_commit() == before  # SET LOCAL: that transaction only
+    with pytest.raises(IntegrityError):
+        hot_path.insert_action(Action(**fields), durable=False)
+    assert Action.objects.count() == 2
+    hot_path.flush_commits()
+
+
+def test_inside_a_transaction_an_insert_is_never_lazy(fields: dict[str, Any]) -> None:
+    with CaptureQueriesContext(connection) as queries:
+        hot_path.insert_action(Action(**fields), durable=False)
+        hot_path.flush_commits()  # the transaction's own commit flushes: nothing to do
+    assert len(queries.captured_queries) == 1
+    assert "synchronous_commit" not in queries.captured_queries[0]["sql"]
+
+
 def test_refresh_progress_reads_what_changed_with_the_node_by_name() -> None:
     pool = PoolFactory.create(name="cpus", kind="cpu")
     node = NodeFactory.create(name="node-a", pool=pool)

@@ -154,8 +154,8 @@ def test_wait_60_is_accepted_and_an_ended_action_is_not_waited_for(
 ) -> None:
     real_submit = services.action_submit
 
-    def cancelled_on_insert(*, job: Any, spec: Any, before_announce: Any) -> Any:
-        submitted = real_submit(job=job, spec=spec, before_announce=before_announce)
+    def cancelled_on_insert(*, job: Any, spec: Any, before_announce: Any, **options: Any) -> Any:
+        submitted = real_submit(job=job, spec=spec, before_announce=before_announce, **options)
         services.action_cancel(action_id=submitted.action.pk, reason="stop")
         submitted.action.refresh_from_db()
         return submitted
