@@ -205,6 +205,18 @@ async def test_tmp_is_private_to_each_action(backend: LocalBackend) -> None:
     assert not (Path("/tmp") / mark).exists()
 
 
+async def test_ordinary_tools_work_inside(backend: LocalBackend) -> None:
+    """What a sandbox leaves must still run real tools: processes with semaphores, temp files,
+    the loader, name lookups of its own account."""
+    pool = "import multiprocessing as m; print(sum(m.Pool(2).map(abs, [-1, -2])))"
+    command = f"python3 -c '{pool}' && mktemp && whoami && nproc && echo ok"
+    outcome = await backend.run(cpu_dispatch("tools", command))
+    assert outcome.exit_code == 0, outcome.output
+    lines = outcome.output.decode().split()
+    assert lines[0] == "3" and lines[1].startswith("/tmp/") and lines[-1] == "ok"
+    assert lines[2] == "loom-sandbox"
+
+
 async def test_proc_shows_only_the_sandbox(backend: LocalBackend) -> None:
     agent = os.getpid()
     probe = (

@@ -26,14 +26,18 @@ operator may name another account or a numeric ``uid:gid``. Inside, ``/etc/passw
 Filesystem, both modes: ``/usr`` (and ``/bin``, ``/sbin``, ``/lib*`` as the links or directories
 they are on the host) read-only; from ``/etc`` only what programs need to start (loader cache,
 alternatives, TLS roots, time zone, name resolution) — no shadow, no host secrets; a fresh
-``/proc`` of the sandbox's own pid namespace; a minimal ``/dev``; a private tmpfs ``/tmp``; the
-trajectory's directory read-write at ``/workdir`` (the cwd, ``HOME`` and ``LOOM_WORKDIR``); and
-tool runtimes an operator names (a Python virtualenv and its base interpreter) read-only at their
-own paths — never a directory holding Loom's repository, ``var/`` or the working directories.
-Nothing else of the host exists in the sandbox, so Loom's keys, its database file and other
-trajectories' directories cannot even be named. A tool with ``network`` off gets a network
-namespace of its own (loopback only); with it on, the host's network, including services bound
-to the host's loopback — grant it knowingly.
+``/proc`` of the sandbox's own pid namespace; a minimal ``/dev`` with a private ``/dev/shm``
+(POSIX semaphores); a private tmpfs ``/tmp`` (its pages count against the action's memory
+cgroup); the trajectory's directory read-write at ``/workdir`` (the cwd, ``HOME`` and
+``LOOM_WORKDIR``); and tool runtimes an operator names (a Python virtualenv and its base
+interpreter) read-only at their own paths — never a directory holding Loom's repository, ``var/``
+or the working directories. Nothing else of the host exists in the sandbox, so Loom's keys, its
+database file and other trajectories' directories cannot even be named. A tool with ``network``
+off gets a network namespace of its own (loopback only); with it on, the host's network,
+including services bound to the host's loopback — grant it knowingly.
+
+Without a working sandbox the agent refuses to start (``open_sandbox``). The operator's insecure
+flag only permits running unsandboxed *where no sandbox works*; it never turns a working one off.
 
 Kill paths stay the backend's: its wrapper joins the action's cgroup before it execs bwrap, so
 every sandboxed process is in the cgroup; they are visible in the host's ``/proc`` with their
@@ -241,7 +245,8 @@ class Sandbox:
             args += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
         for name in ("passwd", "group"):
             args += ["--ro-bind", str(self._etc / name), f"/etc/{name}"]
-        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
+        args += ["--perms", "1777", "--tmpfs", "/tmp"]  # bwrap's defaults: root's, mode 0755
         args += ["--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
         made: set[Path] = set()
         for path in self.ro_binds:
