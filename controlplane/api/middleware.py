@@ -16,6 +16,7 @@ from typing import Any
 
 from django.core.exceptions import SuspiciousOperation
 from django.http import HttpRequest, HttpResponseBase
+from django.middleware.common import CommonMiddleware
 from rest_framework.views import APIView
 
 from controlplane.api.errors import (
@@ -46,6 +47,9 @@ def is_api_path(path: str) -> bool:
 class ApiErrorsMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
         self.get_response = get_response
+        # Asked only whether a path lacks its slash (APPEND_SLASH): with DEBUG on, Django raises
+        # for a POST there (a 500); without, it redirects, and the client re-sends it as a GET.
+        self.slash_check = CommonMiddleware(get_response)
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         if not is_api_path(request.path):
@@ -55,6 +59,11 @@ class ApiErrorsMiddleware:
             request.GET  # noqa: B018  (parse now: TooManyFieldsSent is a 400 of ours)
         except SuspiciousOperation as error:
             return error_response(field=suspicious_field(error), reason=str(error), status_code=400)
+        if request.method not in ("GET", "HEAD") and self.slash_check.should_redirect_with_slash(
+            request
+        ):
+            reason = f"no such URL: {request.path} (this API's paths end in /)"
+            return error_response(field="path", reason=reason, status_code=404)
         response = self.get_response(request)
         if response.status_code >= 400 and not _is_json(response):
             return _as_error_shape(request, response)

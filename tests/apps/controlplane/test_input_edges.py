@@ -368,6 +368,8 @@ def test_unknown_api_urls_and_methods_are_json(job_actor: Any, debug: bool) -> N
         assert "path" in assert_json_error(job_actor.client.get("/dashboard/api/nope"), 404)
         response = job_actor.client.delete("/api/v1/actions/")
         assert "method" in assert_json_error(response, 405)
+        response = job_actor.client.post("/api/v1/actions", {"demand": DEMAND}, format="json")
+        assert "end in /" in assert_json_error(response, 404)["path"]
 
 
 def test_pages_outside_the_api_keep_their_html(staff_session: Any) -> None:
@@ -475,3 +477,32 @@ async def test_the_bridge_stops_reading_past_the_size_limit() -> None:
     }
     sent = await call(bridge, http_scope(method="POST"), body_messages(b"x" * 4096))
     assert sent[0]["status"] == 200 and ran
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_dashboard_socket_answers_a_deep_message_and_stays_open() -> None:
+    from asgiref.sync import sync_to_async
+    from channels.routing import URLRouter
+    from channels.testing import WebsocketCommunicator
+
+    from apps.dashboard.roles import OPERATOR_GROUP, roles_ensure
+    from apps.dashboard.routing import websocket_urlpatterns
+    from tests.factories import UserFactory
+
+    def operator() -> Any:
+        user: Any = UserFactory(username="socket-edges")
+        user.groups.add(roles_ensure()[OPERATOR_GROUP])
+        return type(user).objects.get(pk=user.pk)
+
+    ws = WebsocketCommunicator(URLRouter(websocket_urlpatterns), "/ws/")
+    ws.scope["user"] = await sync_to_async(operator)()
+    connected, _ = await ws.connect()
+    assert connected
+    await ws.send_to(text_data="[" * 5000 + "]" * 5000)
+    answer = await ws.receive_json_from()
+    assert answer["op"] == "error" and "nested deeper" in answer["reason"]
+    await ws.send_to(text_data='{"op": "ping", "n": 1e400}')
+    assert (await ws.receive_json_from())["field"] == "n"
+    await ws.send_json_to({"op": "ping"})
+    assert await ws.receive_json_from() == {"op": "pong"}
+    await ws.disconnect()
