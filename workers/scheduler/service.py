@@ -7,6 +7,11 @@ the dispatches, then acknowledges the batch. Persisting *before* dispatching and
 *after* persisting is what makes a ``kill -9`` at any point safe: on restart the service rebuilds
 from the store (queued → waiting, scheduled → running again on the same units, re-dispatched
 with the same attempt number) and re-reads its unacknowledged events.
+
+A node that stops heartbeating loses its idempotent actions to a retry elsewhere at once. A
+non-idempotent action runs at most once: it is retried only on proof that its attempt stopped
+(an agent of its node reclaimed the dispatch and killed its leftovers: ``agent_lost``); silence
+alone keeps it waiting for its node's answer until its deadline, then ends it ``agent_lost``.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class _Active:
     deadline: float | None = None
     cancel_requested: bool = False
     seen_running: bool = False
+    silent_node: bool = False  # its node stopped heartbeating while it ran there
 
 
 @dataclass
@@ -542,7 +548,13 @@ class SchedulerService:
                 assert isinstance(topology, CpuTopology)
                 topology.set_node_available(node, False)
             for active in [a for a in self.active.values() if a.node == node]:
-                self._lose(active, batch, now, f"node {node} stopped heartbeating")
+                if active.record.idempotent:
+                    self._lose(active, batch, now, f"node {node} stopped heartbeating")
+                else:
+                    # Silence is no proof that the attempt stopped: a node cut off from Redis
+                    # still runs it. A non-idempotent action runs at most once, so it waits for
+                    # its node's answer (or a reclaiming agent's agent_lost) until its deadline.
+                    active.silent_node = True
         if lost:
             self._offline.extend(lost)
 
@@ -555,15 +567,24 @@ class SchedulerService:
             self.scheduler.complete(key, now)
             del self.active[key]
             batch.cancels.append((active.node, Cancel(action_id=key, attempt=active.attempt)))
-            batch.finished.append(
-                FinishUpdate(
-                    active.record.action_id,
-                    active.attempt,
-                    "timed_out",
-                    now,
-                    reason=f"timeout: no result from {active.node} within the timeout plus "
-                    f"{self.config.result_grace_s:.0f} s",
+            if active.silent_node and active.node not in self.last_seen:
+                status, reason = (
+                    "failed",
+                    (
+                        f"agent_lost: node {active.node} stopped heartbeating and never answered; "
+                        "not run again elsewhere (the tool is not idempotent)"
+                    ),
                 )
+            else:
+                status, reason = (
+                    "timed_out",
+                    (
+                        f"timeout: no result from {active.node} within the timeout plus "
+                        f"{self.config.result_grace_s:.0f} s"
+                    ),
+                )
+            batch.finished.append(
+                FinishUpdate(active.record.action_id, active.attempt, status, now, reason=reason)
             )
 
     async def _refresh_drains(self) -> None:

@@ -46,12 +46,16 @@ class Cluster:
     def _spawn(self, name: str, argv: list[str]) -> None:
         self.children.spawn(name, argv, self._env())
 
-    def start_scheduler(self, *, max_attempts: int = 3, heartbeat_timeout: float = 15.0) -> None:
+    def start_scheduler(
+        self, *, max_attempts: int = 3, heartbeat_timeout: float = 15.0, result_grace: float = 30.0
+    ) -> None:
         options = [
             "--max-attempts",
             str(max_attempts),
             "--heartbeat-timeout",
             str(heartbeat_timeout),
+            "--result-grace",
+            str(result_grace),
         ]
         self._spawn("scheduler", scheduler_argv(self.pool, self.prefix, *options))
 

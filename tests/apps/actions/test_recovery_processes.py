@@ -7,8 +7,10 @@ SIGKILL them mid-run and check what the issue promises:
 
 - the scheduler killed and restarted: every action still ends, and none runs twice (each action
   appends a token to a file; every token is there exactly once);
-- an agent killed mid-action: the action is retried on another node, and once its attempts are
-  spent it fails with reason ``agent_lost``.
+- an agent killed mid-action: an idempotent tool's action is retried on another node, and once
+  its attempts are spent it fails with reason ``agent_lost``; a non-idempotent one runs at most
+  once: its node's silence is no proof that it stopped, so it is not run elsewhere and ends
+  ``agent_lost`` at its deadline.
 """
 
 from __future__ import annotations
@@ -23,15 +25,15 @@ from apps.actions.demand import parse_demand
 from apps.actions.models import TERMINAL_STATUSES, Action
 from apps.actions.services import ActionSpec, action_submit_batch
 from tests.apps.actions.cluster import Cluster
-from tests.factories import JobFactory
+from tests.factories import JobFactory, TrajectoryFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
-def _submit(pool: str, commands: list[str], **spec: Any) -> list[int]:
+def _submit(pool: str, commands: list[str], job: Any = None, **spec: Any) -> list[int]:
     from apps.resources.models import ResourcePool
 
-    job = JobFactory.create()
+    job = job or JobFactory.create()
     pool_id = ResourcePool.objects.get(name=pool).pk
     demand = parse_demand({"cpu": 1})
     specs = [ActionSpec(demand=demand, pool_id=pool_id, command=c, **spec) for c in commands]
@@ -52,15 +54,22 @@ def _statuses(ids: list[int]) -> dict[int, str]:
 
 def test_scheduler_killed_mid_run_loses_nothing_and_runs_nothing_twice(cluster: Cluster) -> None:
     node = f"{cluster.pool}-n1"
-    runs = cluster.work / "runs.log"
     cluster.start_scheduler()
     cluster.start_agent(node, "0,1")
-    commands = [f"sleep 0.3; echo tok-{i} >> {runs}" for i in range(16)]
-    ids = _submit(cluster.pool, commands[:8])
+    # Actions are sandboxed: the one place they share that outlives them is their trajectory's
+    # working directory on the node, so every token goes to runs.log there.
+    trajectory = TrajectoryFactory.create()
+    commands = [f"sleep 0.3; echo tok-{i} >> runs.log" for i in range(16)]
+    submit = {"job": trajectory.job, "trajectory_id": trajectory.pk}
+
+    def tokens() -> list[str]:
+        return [t for f in (cluster.work / node).rglob("runs.log") for t in f.read_text().split()]
+
+    ids = _submit(cluster.pool, commands[:8], **submit)
     # Mid-run: some ended, some scheduled or running, some still queued.
-    _wait(lambda: runs.exists() and len(runs.read_text().split()) >= 2, 30, "2 ended", cluster)
+    _wait(lambda: len(tokens()) >= 2, 30, "2 ended", cluster)
     cluster.kill("scheduler")
-    ids += _submit(cluster.pool, commands[8:])  # announced while no scheduler reads
+    ids += _submit(cluster.pool, commands[8:], **submit)  # announced while no scheduler reads
     time.sleep(0.7)  # the agent finishes what it holds; its results wait in the stream
     cluster.start_scheduler()
 
@@ -69,23 +78,30 @@ def test_scheduler_killed_mid_run_loses_nothing_and_runs_nothing_twice(cluster: 
 
     _wait(all_ended, 60, "every action ended", cluster)
     assert set(_statuses(ids).values()) == {"succeeded"}, cluster.logs()
-    tokens = runs.read_text().split()
-    assert sorted(tokens) == sorted(f"tok-{i}" for i in range(16)), "an action ran twice or never"
+    assert sorted(tokens()) == sorted(f"tok-{i}" for i in range(16)), "ran twice or never"
 
 
-def test_killed_agent_is_retried_elsewhere_then_fails_agent_lost(cluster: Cluster) -> None:
-    nodes = [f"{cluster.pool}-a", f"{cluster.pool}-b"]
-    cluster.start_scheduler(max_attempts=2, heartbeat_timeout=1.5)
+def _start_agents(cluster: Cluster, nodes: list[str]) -> None:
     for node in nodes:
         cluster.start_agent(node, "0")
 
     def registered() -> bool:
         from apps.resources.models import Node
 
-        return Node.objects.filter(name__in=nodes, status="online").count() == 2
+        return Node.objects.filter(name__in=nodes, status="online").count() == len(nodes)
 
-    _wait(registered, 30, "both agents registered", cluster)
-    [action_id] = _submit(cluster.pool, ["sleep 60.5"])
+    _wait(registered, 30, "agents registered", cluster)
+
+
+def test_killed_agent_is_retried_elsewhere_then_fails_agent_lost(cluster: Cluster) -> None:
+    from apps.resources.models import ResourcePool, Tool
+
+    nodes = [f"{cluster.pool}-a", f"{cluster.pool}-b"]
+    cluster.start_scheduler(max_attempts=2, heartbeat_timeout=1.5)
+    _start_agents(cluster, nodes)
+    pool = ResourcePool.objects.get(name=cluster.pool)
+    tool = Tool.objects.create(name="retryable", pool=pool, idempotent=True)
+    [action_id] = _submit(cluster.pool, ["sleep 60.5"], tool_id=tool.pk)
     placements: list[str] = []
     for attempt in (1, 2):
 
@@ -103,3 +119,24 @@ def test_killed_agent_is_retried_elsewhere_then_fails_agent_lost(cluster: Cluste
     row = Action.objects.get(pk=action_id)
     assert row.attempts == 2
     assert row.error_reason.startswith("agent_lost"), row.error_reason
+
+
+def test_killed_agent_never_runs_a_non_idempotent_action_twice(cluster: Cluster) -> None:
+    nodes = [f"{cluster.pool}-a", f"{cluster.pool}-b"]
+    cluster.start_scheduler(max_attempts=3, heartbeat_timeout=1.5, result_grace=1.0)
+    _start_agents(cluster, nodes)
+    [action_id] = _submit(cluster.pool, ["sleep 60.5"], timeout_s=4.0)
+
+    def running() -> bool:
+        row = Action.objects.get(pk=action_id)
+        return row.status == "running" and row.node_id is not None
+
+    _wait(running, 30, "running", cluster)
+    row = Action.objects.select_related("node").get(pk=action_id)
+    assert row.node is not None
+    cluster.kill(row.node.name)
+    _wait(lambda: _statuses([action_id])[action_id] == "failed", 30, "failed", cluster)
+    row = Action.objects.get(pk=action_id)
+    assert row.attempts == 1, "a non-idempotent action was run again after its node fell silent"
+    assert row.error_reason.startswith("agent_lost"), row.error_reason
+    assert "not idempotent" in row.error_reason
