@@ -49,11 +49,12 @@ class Harness:
         # Unique per harness: the local backend's cgroups are named by node and action, and a
         # leftover sweep of one test must never find another's (pytest -n runs them side by side).
         self.node = f"node-{uuid.uuid4().hex[:8]}"
+        self.backend = LocalBackend(node_id=self.node, work_root=tmp_path / "work")
         self.agent = CpuAgent(
             transport=self.transport,
             node_id=self.node,
             pool=POOL,
-            backend=LocalBackend(node_id=self.node, work_root=tmp_path / "work"),
+            backend=self.backend,
             cores=CORES,
             streams=self.streams,
             settings=FAST,
@@ -126,8 +127,9 @@ async def test_the_store_is_called_where_the_config_says(harness: Harness) -> No
 
 
 async def test_restart_redispatches_without_running_twice(harness: Harness, tmp_path: Path) -> None:
-    runs = tmp_path / "runs.txt"
-    harness.store.records[1] = _record(1, f"sleep 0.3; echo ran >> {runs}")
+    # Sandboxed: the action writes where its runs can be counted, its trajectory's directory.
+    harness.store.records[1] = _record(1, "sleep 0.3; echo ran >> runs.txt", trajectory_id=7)
+    runs = harness.backend.trajectory_dir("7") / "runs.txt"
     await harness.submit(1)
     await harness.wait_status(1, {"scheduled", "running"})
     await harness.crash_service()  # its dispatch is out; its result will wait in the stream
