@@ -33,6 +33,7 @@ from tests.factories import (
 pytestmark = pytest.mark.django_db
 
 DEMAND = {"cpu": 1}
+JSON = "application/json"
 DEPTH = 64  # settings.LOOM_MAX_JSON_DEPTH's default
 
 
@@ -506,3 +507,56 @@ async def test_the_dashboard_socket_answers_a_deep_message_and_stays_open() -> N
     await ws.send_json_to({"op": "ping"})
     assert await ws.receive_json_from() == {"op": "pong"}
     await ws.disconnect()
+
+
+# --- every integer and number field of every JSON request body, from the schema ---------------
+
+
+def _body_fields() -> list[tuple[str, str, str, str]]:
+    """(method, path, field, type) of every integer/number property of a JSON request body."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    spec = SchemaGenerator().get_schema(request=None, public=True)
+    components = spec["components"]["schemas"]
+    found = []
+    for path, item in spec["paths"].items():
+        for method, operation in item.items():
+            content = operation.get("requestBody", {}).get("content", {})
+            ref = content.get("application/json", {}).get("schema", {}).get("$ref", "")
+            properties = components.get(ref.rsplit("/", 1)[-1], {}).get("properties", {})
+            for name, prop in properties.items():
+                if prop.get("type") in ("integer", "number") and not prop.get("readOnly"):
+                    found.append((method.upper(), path, name, prop["type"]))
+    return found
+
+
+def test_every_numeric_body_field_refuses_values_past_its_range(staff_actor: Any) -> None:
+    """Past int64 or float range, each field is a 400 naming it (never the database's error,
+    never a 5xx), whichever endpoint it belongs to."""
+    from tests.factories import ApiQuotaFactory, ServiceFactory
+
+    pool = PoolFactory.create(name="cpu-range")
+    job = JobFactory.create(name="range")
+    ids = {
+        "job_id": job.pk,
+        "action_id": ActionFactory.create(job=job).pk,
+        "trajectory_id": TrajectoryFactory.create(job=job).pk,
+        "node_id": NodeFactory.create(pool=pool).pk,
+    }
+    by_collection = {
+        "pools": pool.pk,
+        "quotas": ApiQuotaFactory.create(name="q-range").pk,
+        "services": ServiceFactory.create(name="s-range").pk,
+        "tools": ToolFactory.create(name="t-range").pk,
+        "policies": PolicyFactory.create(name="p-range").pk,
+    }
+    fields = _body_fields()
+    assert len(fields) > 30, fields
+    for method, path, name, kind in fields:
+        url = path.format(**ids, id=by_collection.get(path.split("/")[3], 0))
+        for raw in ([2**63, -(2**63) - 1, 10**30] if kind == "integer" else [2**63]) + ["1e400"]:
+            body = f'{{"{name}": {raw}}}'.encode()
+            response = staff_actor.client.generic(method, url, body, content_type=JSON)
+            where = (method, url, name, raw)
+            assert response.status_code == 400, (where, response.content[:300])
+            assert name in error_fields(response), (where, response.content[:300])
