@@ -135,7 +135,10 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
             extra={"status_code": 500, "request": getattr(request, "_request", request)},
         )
         set_rollback()
-        return Response(server_error_body(), status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+        response = Response(server_error_body(), status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+        # Logged with its traceback above; Django would log it again, without.
+        setattr(response, "_has_been_logged", True)  # noqa: B010
+        return response
 
     headers: dict[str, str] = {}
     if auth_header := getattr(exc, "auth_header", None):
