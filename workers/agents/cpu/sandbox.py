@@ -11,8 +11,11 @@ Why this construction (each property is checked from the host's side, ``/proc/<p
   host sees uid U ≠ 0 with no effective, permitted, inheritable, ambient or bounding capabilities
   and ``NoNewPrivs: 1``. The pid namespace's init (bwrap itself) stays uid 0 but capability-less;
   a process of uid U can neither signal nor ptrace it, nor open its ``/proc/1/root`` or
-  ``environ``. An unprivileged user cannot create user namespaces where the host forbids it, and
-  where the host allows it a sandbox can do no more than any unprivileged host user.
+  ``environ``. Where the host lets unprivileged users create user namespaces, the command then
+  runs under a second, unprivileged ``bwrap --unshare-user --disable-userns`` (same uid on the
+  host, everything else as is): a sandbox cannot make user namespaces of its own, the kernel
+  surface behind which most container escapes have been found. Where the host forbids them, the
+  sandbox user cannot make any anyway; the start-up self-test checks it either way.
 - **Non-root agent ("userns" mode).** ``bwrap --unshare-user --disable-userns`` as the agent's
   own (non-root) uid: the host sees that uid, no capabilities survive outside the namespace and no
   further user namespace can be made inside. Needs unprivileged user namespaces; the start-up
@@ -193,6 +196,7 @@ class Sandbox:
         if self.root and (self.setpriv is None or self.prlimit is None):
             raise SandboxUnavailable("setpriv/prlimit (util-linux) not found under /usr")
         self.ro_binds = _check_runtime_binds(ro_binds, protected)
+        self.block_userns = self.root  # drop mode: nest an unprivileged bwrap (module docstring)
         self._etc = Path(tempfile.mkdtemp(prefix="loom-sandbox-etc-"))
         self._write_accounts()
 
@@ -263,6 +267,10 @@ class Sandbox:
             args += [self.setpriv, f"--reuid={self.user.uid}", f"--regid={self.user.gid}"]
             args += ["--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
             args += ["--no-new-privs", "--"]
+            if self.block_userns:
+                ids = ["--uid", str(self.user.uid), "--gid", str(self.user.gid)]
+                args += [self.bwrap, "--die-with-parent", "--unshare-user", "--disable-userns"]
+                args += [*ids, "--dev-bind", "/", "/", "--chdir", WORKDIR, "--"]
         return [*args, *argv]
 
     def self_test(self) -> None:
@@ -272,6 +280,7 @@ class Sandbox:
         try:
             self.own(scratch)
             probe = "cat /proc/self/status && touch probe && echo workdir-ok"
+            probe += "; if unshare -U true 2>/dev/null; then echo userns-open; fi"
             argv = self.wrap(["/bin/sh", "-c", probe], workdir=scratch, network=False)
             try:
                 done = subprocess.run(
@@ -296,6 +305,8 @@ class Sandbox:
                 raise SandboxUnavailable(f"sandboxed probe kept privileges: {status}")
             if status.get("NoNewPrivs", "0").strip() != "1" or "workdir-ok" not in done.stdout:
                 raise SandboxUnavailable(f"sandboxed probe incomplete: {done.stdout[-500:]}")
+            if "userns-open" in done.stdout:
+                raise SandboxUnavailable("a sandboxed process could create user namespaces")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -321,9 +332,20 @@ def open_sandbox(
     sandbox: Sandbox | None = None
     try:
         sandbox = Sandbox(user=user, ro_binds=ro_binds, protected=protected)
-        sandbox.self_test()
+        try:
+            sandbox.self_test()
+        except SandboxUnavailable:
+            if not sandbox.block_userns:
+                raise
+            # No unprivileged user namespaces here: nothing to block, and the nested bwrap
+            # cannot start; the self-test proves the sandbox user cannot make one either.
+            sandbox.block_userns = False
+            sandbox.self_test()
         logger.info(
-            "actions run sandboxed (bwrap, %s mode, uid %d)", sandbox.mode, sandbox.host_uid
+            "actions run sandboxed (bwrap, %s mode, uid %d, nested bwrap: %s)",
+            sandbox.mode,
+            sandbox.host_uid,
+            sandbox.block_userns,
         )
         return sandbox
     except SandboxUnavailable as exc:
