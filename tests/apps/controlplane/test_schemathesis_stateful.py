@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, settings
 from tests.apps.controlplane.test_schemathesis import CHECKS, schema
 from tests.factories import JobFactory, PoolFactory, ToolFactory, make_key
 
-EXAMPLES = int(os.environ.get("LOOM_STATEFUL_EXAMPLES", "180"))
+EXAMPLES = int(os.environ.get("LOOM_STATEFUL_EXAMPLES", "200"))
 STEPS = int(os.environ.get("LOOM_STATEFUL_STEPS", "32"))
 MIN_CALLS = int(os.environ.get("LOOM_STATEFUL_MIN_CALLS", "5000"))
 
