@@ -4,9 +4,10 @@ Nested validation errors are flattened into dotted paths, list items indexed
 (``items[17].demand.cpu.min``); a malformed body names ``body``; auth failures name
 ``Authorization``. DESIGN.md "Not negotiable": bad input gets the field and the reason, never a 500.
 
-An exception no one expected still gets this shape (a 500 with a generic reason, logged with its
-traceback), whatever ``DEBUG`` says: an API client never receives Django's HTML debug page, which
-would show it source, settings and local variables.
+A backing service that cannot be reached (PostgreSQL, Redis) is a 503 with ``Retry-After``: the
+client retries. An exception no one expected still gets this shape (a 500 with a generic reason,
+logged with its traceback), whatever ``DEBUG`` says: an API client never receives Django's HTML
+debug page, which would show it source, settings and local variables.
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ from django.core.exceptions import (
     TooManyFieldsSent,
 )
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.db import DataError
+from django.db import DataError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
-from rest_framework.views import set_rollback
 
 logger = logging.getLogger(__name__)
 # Where Django itself logs unhandled exceptions: operators' handlers (mail, Sentry) listen there.
@@ -34,6 +34,7 @@ request_logger = logging.getLogger("django.request")
 
 BODY = "body"
 SERVER_ERROR_REASON = "internal error; see the server log"
+RETRY_AFTER_S = 1
 
 
 class ApiError(exceptions.APIException):
@@ -113,8 +114,38 @@ def suspicious_field(exc: SuspiciousOperation) -> str:
     return "request"
 
 
+def _set_rollback() -> None:
+    # Imported late: rest_framework.views loads the parser classes, and our parser imports this
+    # module, so importing it at the top fails whenever this module is imported first.
+    from rest_framework.views import set_rollback
+
+    set_rollback()
+
+
+def unavailable_service(exc: BaseException) -> str | None:
+    """``"database"`` or ``"Redis"`` when ``exc`` says that backing service cannot be reached
+    (restarting, failed over, network cut): the request may succeed again shortly."""
+    import redis
+
+    if isinstance(exc, OperationalError | InterfaceError):
+        return "database"
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | redis.BusyLoadingError):
+        return "Redis"
+    return None
+
+
 def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
     """DRF EXCEPTION_HANDLER producing the error shape, for every exception a view raises."""
+    if service := unavailable_service(exc):
+        # Not the client's fault and not a bug: a 503 the SDK retries (with its idempotency key).
+        logger.warning("%s unavailable: %s", service, exc)
+        _set_rollback()
+        reason = f"{service} unavailable; retry shortly"
+        return Response(
+            {"errors": [{"field": "server", "reason": reason}]},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound("not found (or not visible to this key)")
     elif isinstance(exc, DjangoPermissionDenied):
@@ -122,7 +153,7 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
     elif isinstance(exc, DataError):
         # Last line of defence: serializers bound every value, but the database is the judge.
         logger.warning("DataError reached the API: %s", exc)
-        set_rollback()
+        _set_rollback()
         exc = ApiError(field=BODY, reason=f"a value does not fit the database: {exc}".strip())
     elif isinstance(exc, SuspiciousOperation):
         exc = ApiError(field=suspicious_field(exc), reason=str(exc) or "refused as suspicious")
@@ -134,7 +165,7 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
             exc_info=exc,
             extra={"status_code": 500, "request": getattr(request, "_request", request)},
         )
-        set_rollback()
+        _set_rollback()
         response = Response(server_error_body(), status=status.HTTP_500_INTERNAL_SERVER_ERROR)
         # Logged with its traceback above; Django would log it again, without.
         setattr(response, "_has_been_logged", True)  # noqa: B010
@@ -155,7 +186,7 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
         errors = [{"field": _field_for(exc, context), "reason": reason}]
     if not errors:
         errors = [{"field": BODY, "reason": "invalid request"}]
-    set_rollback()
+    _set_rollback()
     return Response({"errors": errors}, status=exc.status_code, headers=headers)
 
 
