@@ -50,6 +50,8 @@ def publish(pool: str, message: Message) -> None:
         runtime.publish_threadsafe(runtime.streams.events(pool), message)
     elif (client := configured_redis()) is not None:
         stream = StreamNames(prefix=key_prefix()).events(pool)
+        # No MAXLEN: it would drop events the scheduler has not read. Its acknowledgements trim
+        # the stream instead (workers/transport/base.py, ``Transport.trim``).
         client.xadd(stream, {"m": encode_json(message)})
 
 

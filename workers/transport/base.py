@@ -12,15 +12,32 @@ Semantics (both implementations, checked by one contract suite in tests/workers/
 - ``read`` returns at most ``count`` deliveries (batched reads) and blocks at most ``block_ms``.
 - ``ack`` takes many ids in one round trip (pipelined acks); ``publish_and_ack`` sends results
   and acknowledges the dispatches they answer atomically (Redis: one MULTI/EXEC).
+- ``trim`` removes the entries that *every* group of the stream has had delivered and
+  acknowledged, and nothing else: no group's pending entries (a consumer restarted after a crash
+  re-reads them, an agent reclaims them) nor its undelivered tail. A stream without a group is
+  never trimmed. Acknowledging trims the stream itself, at most every ``trim_interval_s`` per
+  stream, so streams stay bounded by what is unacknowledged plus one interval's acknowledged
+  entries — with no trimmer process, and with no XADD MAXLEN, which would drop unread entries.
+- A group created later sees every entry still in the stream: all of it until the stream is
+  first trimmed, afterwards what some existing group has not acknowledged yet. Loom creates each
+  group before anything it must see is trimmed: an agent creates ``agents`` on its dispatch
+  stream before it registers (no dispatch comes before), the scheduler ``scheduler`` on its events
+  stream before it reads, and events published before that stay whole (no group, no trimming).
 """
 
 from __future__ import annotations
 
 import abc
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workers.transport.messages import Message
+
+logger = logging.getLogger(__name__)
+
+TRIM_INTERVAL_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -46,9 +63,14 @@ class PendingEntry:
 class Transport(abc.ABC):
     """Acknowledged, at-least-once message streams with consumer groups (DESIGN.md Processes)."""
 
+    def __init__(self, *, trim_interval_s: float = TRIM_INTERVAL_S) -> None:
+        """``trim_interval_s``: the least time between two trims of one stream after acks."""
+        self.trim_interval_s = trim_interval_s
+        self._trimmed_at: dict[str, float] = {}
+
     @abc.abstractmethod
     async def ensure_group(self, stream: str, group: str) -> None:
-        """Create the stream and the group if missing; a new group sees the whole stream."""
+        """Create the stream and the group if missing; a new group sees every entry not trimmed."""
 
     @abc.abstractmethod
     async def publish(self, stream: str, message: Message) -> str:
@@ -98,6 +120,27 @@ class Transport(abc.ABC):
         if messages:
             await self.publish_many(stream, messages)
         await self.ack(ack_stream, group, entry_ids)
+
+    @abc.abstractmethod
+    async def trim(self, stream: str) -> int:
+        """Remove the entries every group of the stream acknowledged; returns how many.
+
+        The safe point is the minimum over the groups of the oldest pending entry, or (none
+        pending) the entry after the last one delivered to the group; entries before it go.
+        """
+
+    async def _trim_after_ack(self, stream: str) -> None:
+        """Trim ``stream`` if its last trim (or, the first time, its first ack here) is
+        ``trim_interval_s`` old. Housekeeping: an error is logged, never raised, as the
+        acknowledgement itself has succeeded."""
+        now = time.monotonic()
+        if now - self._trimmed_at.setdefault(stream, now) < self.trim_interval_s:
+            return
+        self._trimmed_at[stream] = now
+        try:
+            await self.trim(stream)
+        except Exception as exc:
+            logger.warning("trimming %s failed: %s", stream, exc)
 
     @abc.abstractmethod
     async def length(self, stream: str) -> int:

@@ -1,9 +1,9 @@
 """In-process transport (asyncio) for the embedded mode and fast tests.
 
 Same semantics as the Redis Streams one (see ``base.py``): consumer groups, pending entries,
-acknowledgement, reclaim after an idle time, delivery counts. Messages are copied through their
-dict form on every delivery so no caller shares mutable state with another. All callers must run
-on one event loop.
+acknowledgement, reclaim after an idle time, delivery counts, trimming what every group
+acknowledged. Messages are copied through their dict form on every delivery so no caller shares
+mutable state with another. All callers must run on one event loop.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from workers.transport.base import Delivery, PendingEntry, Transport
+from workers.transport.base import TRIM_INTERVAL_S, Delivery, PendingEntry, Transport
 from workers.transport.messages import Message, decode_message
 
 
@@ -23,11 +23,12 @@ class _Pending:
     consumer: str
     delivered_at: float
     delivery_count: int
+    position: int  # the entry's index in the stream, trimmed entries counted
 
 
 @dataclass
 class _Group:
-    next_index: int = 0
+    next_index: int = 0  # the next entry to deliver, trimmed entries counted
     pending: dict[str, _Pending] = field(default_factory=dict)
 
 
@@ -36,6 +37,7 @@ class _Stream:
     ids: list[str] = field(default_factory=list)
     entries: dict[str, dict[str, object]] = field(default_factory=dict)
     groups: dict[str, _Group] = field(default_factory=dict)
+    trimmed: int = 0  # entries removed from the front of ``ids``
     changed: asyncio.Condition | None = None
 
     def condition(self) -> asyncio.Condition:
@@ -47,7 +49,8 @@ class _Stream:
 class InProcessTransport(Transport):
     """A dict of streams in memory; ``read`` blocks on an asyncio.Condition."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, trim_interval_s: float = TRIM_INTERVAL_S) -> None:
+        super().__init__(trim_interval_s=trim_interval_s)
         self._streams: dict[str, _Stream] = {}
         self._sequence = itertools.count(1)
         self._closed = False
@@ -71,7 +74,8 @@ class InProcessTransport(Transport):
         return Delivery(stream, entry_id, decode_message(dict(data)), count)
 
     async def ensure_group(self, stream: str, group: str) -> None:
-        self._stream(stream).groups.setdefault(group, _Group())
+        target = self._stream(stream)
+        target.groups.setdefault(group, _Group(next_index=target.trimmed))
 
     async def publish(self, stream: str, message: Message) -> str:
         return (await self.publish_many(stream, [message]))[0]
@@ -92,15 +96,16 @@ class InProcessTransport(Transport):
     def _take_new(self, stream: str, group: str, consumer: str, count: int) -> list[Delivery]:
         target = self._streams[stream]
         state = self._group(stream, group)
-        taken = target.ids[state.next_index : state.next_index + count]
-        state.next_index += len(taken)
+        start = state.next_index - target.trimmed
+        taken = target.ids[start : start + count]
         now = time.monotonic()
         deliveries = []
-        for entry_id in taken:
+        for position, entry_id in enumerate(taken, start=state.next_index):
             if entry_id not in target.entries:  # deleted meanwhile
                 continue
-            state.pending[entry_id] = _Pending(consumer, now, 1)
+            state.pending[entry_id] = _Pending(consumer, now, 1, position)
             deliveries.append(self._deliver(stream, entry_id, 1))
+        state.next_index += len(taken)
         return deliveries
 
     async def read(
@@ -128,13 +133,15 @@ class InProcessTransport(Transport):
 
     async def ack(self, stream: str, group: str, entry_ids: Sequence[str]) -> int:
         state = self._group(stream, group)
-        return sum(1 for entry_id in entry_ids if state.pending.pop(entry_id, None) is not None)
+        acked = sum(1 for entry_id in entry_ids if state.pending.pop(entry_id, None) is not None)
+        if entry_ids:
+            await self._trim_after_ack(stream)
+        return acked
 
     async def pending(self, stream: str, group: str, *, count: int = 1000) -> list[PendingEntry]:
         state = self._group(stream, group)
         now = time.monotonic()
-        order = {entry_id: i for i, entry_id in enumerate(self._streams[stream].ids)}
-        entries = sorted(state.pending.items(), key=lambda item: order.get(item[0], -1))
+        entries = sorted(state.pending.items(), key=lambda item: item[1].position)
         return [
             PendingEntry(entry_id, p.consumer, int((now - p.delivered_at) * 1000), p.delivery_count)
             for entry_id, p in entries[:count]
@@ -155,7 +162,8 @@ class InProcessTransport(Transport):
             if entry.entry_id not in target.entries:  # like XAUTOCLAIM: drop deleted entries
                 state.pending.pop(entry.entry_id, None)
                 continue
-            claimed = _Pending(consumer, now, entry.delivery_count + 1)
+            position = state.pending[entry.entry_id].position
+            claimed = _Pending(consumer, now, entry.delivery_count + 1, position)
             state.pending[entry.entry_id] = claimed
             deliveries.append(self._deliver(stream, entry.entry_id, claimed.delivery_count))
         return deliveries
@@ -168,6 +176,23 @@ class InProcessTransport(Transport):
             if entry is not None:
                 entry.consumer = consumer
                 entry.delivered_at = now
+
+    async def trim(self, stream: str) -> int:
+        target = self._stream(stream)
+        if not target.groups:
+            return 0
+        safe = min(
+            min((p.position for p in group.pending.values()), default=group.next_index)
+            for group in target.groups.values()
+        )
+        count = safe - target.trimmed
+        if count <= 0:
+            return 0
+        for entry_id in target.ids[:count]:
+            target.entries.pop(entry_id, None)
+        del target.ids[:count]
+        target.trimmed = safe
+        return count
 
     async def length(self, stream: str) -> int:
         return len(self._stream(stream).entries)

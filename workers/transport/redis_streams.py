@@ -2,7 +2,9 @@
 
 One stream entry = one message, stored as a single field ``m`` holding the message's compact JSON
 (``messages.encode_json``). Batches go through a non-transactional pipeline (one round trip).
-A malformed entry is acknowledged and logged, never retried forever.
+A malformed entry is acknowledged and logged, never retried forever. Trimming is one Lua script
+(XINFO GROUPS, XPENDING, XTRIM MINID), so no group can move between reading the safe point and
+trimming up to it.
 """
 
 from __future__ import annotations
@@ -14,12 +16,38 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from workers.transport.base import Delivery, PendingEntry, Transport
+from workers.transport.base import TRIM_INTERVAL_S, Delivery, PendingEntry, Transport
 from workers.transport.messages import Message, MessageError, decode_json, encode_json
 
 logger = logging.getLogger(__name__)
 
 _FIELD = "m"
+
+# Entries before the oldest one some group still needs: per group its oldest pending entry, or
+# (none pending) the one after its last delivered. Exact MINID, never past that point; a stream
+# without a group is left whole.
+_TRIM_SCRIPT = """
+local stream = KEYS[1]
+if redis.call('EXISTS', stream) == 0 then return 0 end
+local safe_id, safe_ms, safe_seq
+for _, fields in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+  local group = {}
+  for i = 1, #fields, 2 do group[fields[i]] = fields[i + 1] end
+  local id = group['last-delivered-id']
+  if group['pending'] > 0 then id = redis.call('XPENDING', stream, group['name'])[2] end
+  local ms_text, seq_text = string.match(id, '^(%d+)-(%d+)$')
+  local ms, seq = tonumber(ms_text), tonumber(seq_text)
+  if group['pending'] == 0 and seq < 2 ^ 53 then
+    seq = seq + 1
+    id = ms_text .. '-' .. string.format('%d', seq)
+  end
+  if safe_id == nil or ms < safe_ms or (ms == safe_ms and seq < safe_seq) then
+    safe_id, safe_ms, safe_seq = id, ms, seq
+  end
+end
+if safe_id == nil then return 0 end
+return redis.call('XTRIM', stream, 'MINID', safe_id)
+"""
 
 
 def _text(value: bytes | str) -> str:
@@ -29,10 +57,15 @@ def _text(value: bytes | str) -> str:
 class RedisStreamsTransport(Transport):
     """At-least-once streams over one Redis (``redis_url`` like ``redis://127.0.0.1:6379/0``)."""
 
-    def __init__(self, redis_url: str = "redis://127.0.0.1:6379/0", *, max_len: int = 0) -> None:
-        """``max_len`` > 0 trims streams approximately (XADD MAXLEN ~) to bound memory."""
+    def __init__(
+        self,
+        redis_url: str = "redis://127.0.0.1:6379/0",
+        *,
+        trim_interval_s: float = TRIM_INTERVAL_S,
+    ) -> None:
+        super().__init__(trim_interval_s=trim_interval_s)
         self._redis: aioredis.Redis = aioredis.Redis.from_url(redis_url, decode_responses=False)
-        self._max_len = max_len
+        self._trim_script = self._redis.register_script(_TRIM_SCRIPT)
 
     @property
     def client(self) -> aioredis.Redis:
@@ -45,13 +78,8 @@ class RedisStreamsTransport(Transport):
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    def _xadd_kwargs(self) -> dict[str, Any]:
-        return {"maxlen": self._max_len, "approximate": True} if self._max_len else {}
-
     async def publish(self, stream: str, message: Message) -> str:
-        entry_id = await self._redis.xadd(
-            stream, {_FIELD: encode_json(message)}, **self._xadd_kwargs()
-        )
+        entry_id = await self._redis.xadd(stream, {_FIELD: encode_json(message)})
         return _text(entry_id)
 
     async def publish_many(self, stream: str, messages: Sequence[Message]) -> list[str]:
@@ -61,7 +89,7 @@ class RedisStreamsTransport(Transport):
             return [await self.publish(stream, messages[0])]
         async with self._redis.pipeline(transaction=False) as pipe:
             for message in messages:
-                pipe.xadd(stream, {_FIELD: encode_json(message)}, **self._xadd_kwargs())
+                pipe.xadd(stream, {_FIELD: encode_json(message)})
             ids = await pipe.execute()
         return [_text(entry_id) for entry_id in ids]
 
@@ -75,10 +103,12 @@ class RedisStreamsTransport(Transport):
     ) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:
             for message in messages:
-                pipe.xadd(stream, {_FIELD: encode_json(message)}, **self._xadd_kwargs())
+                pipe.xadd(stream, {_FIELD: encode_json(message)})
             if entry_ids:
                 pipe.xack(ack_stream, group, *entry_ids)
             await pipe.execute()
+        if entry_ids:
+            await self._trim_after_ack(ack_stream)
 
     async def _decode(
         self, stream: str, group: str, raw_entries: Sequence[Any], counts: dict[str, int]
@@ -128,7 +158,9 @@ class RedisStreamsTransport(Transport):
     async def ack(self, stream: str, group: str, entry_ids: Sequence[str]) -> int:
         if not entry_ids:
             return 0
-        return int(await self._redis.xack(stream, group, *entry_ids))
+        acked = int(await self._redis.xack(stream, group, *entry_ids))
+        await self._trim_after_ack(stream)
+        return acked
 
     async def pending(self, stream: str, group: str, *, count: int = 1000) -> list[PendingEntry]:
         rows = await self._redis.xpending_range(stream, group, min="-", max="+", count=count)
@@ -166,6 +198,9 @@ class RedisStreamsTransport(Transport):
             await self._redis.xclaim(
                 stream, group, consumer, min_idle_time=0, message_ids=list(entry_ids), justid=True
             )
+
+    async def trim(self, stream: str) -> int:
+        return int(await self._trim_script(keys=[stream]))
 
     async def length(self, stream: str) -> int:
         return int(await self._redis.xlen(stream))

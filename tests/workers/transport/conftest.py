@@ -10,6 +10,8 @@ import pytest
 from workers.transport import InProcessTransport, RedisStreamsTransport, StreamNames, Transport
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
+# Acks never trim on their own here: trimming tests call ``trim`` or lower the interval.
+NO_TRIM_ON_ACK_S = 3600.0
 
 
 @pytest.fixture
@@ -21,11 +23,11 @@ def names() -> StreamNames:
 @pytest.fixture(params=["inprocess", "redis"])
 async def transport(request: pytest.FixtureRequest, names: StreamNames) -> AsyncIterator[Transport]:
     if request.param == "inprocess":
-        memory = InProcessTransport()
+        memory = InProcessTransport(trim_interval_s=NO_TRIM_ON_ACK_S)
         yield memory
         await memory.close()
         return
-    redis_transport = RedisStreamsTransport(REDIS_URL)
+    redis_transport = RedisStreamsTransport(REDIS_URL, trim_interval_s=NO_TRIM_ON_ACK_S)
     try:
         await redis_transport.client.ping()
     except OSError as exc:

@@ -176,3 +176,112 @@ async def test_publish_and_ack_answers_dispatches(transport: Transport, names: S
     assert await transport.pending(dispatches, GROUP) == []
     got = await transport.read(events, "scheduler", "s", block_ms=100)
     assert [d.message for d in got] == results
+
+
+# --- trimming: only what every group acknowledged goes ------------------------------------------
+
+
+async def test_trim_keeps_pending_and_undelivered_entries(
+    transport: Transport, names: StreamNames
+) -> None:
+    stream = names.dispatch("n1")
+    await transport.ensure_group(stream, GROUP)
+    await transport.ensure_group(stream, "observer")
+    ids = await transport.publish_many(stream, [_dispatch(i) for i in range(6)])
+    await transport.read(stream, GROUP, "c1", count=4, block_ms=100)
+    await transport.ack(stream, GROUP, [ids[0], ids[1], ids[3]])
+    observed = await transport.read(stream, "observer", "o", count=10, block_ms=100)
+    await transport.ack(stream, "observer", [d.entry_id for d in observed])
+
+    assert await transport.trim(stream) == 2  # up to GROUP's oldest pending entry
+    assert await transport.length(stream) == 4
+    assert [p.entry_id for p in await transport.pending(stream, GROUP)] == [ids[2]]
+    assert await transport.trim(stream) == 0
+
+    await transport.ack(stream, GROUP, [ids[2]])
+    assert await transport.trim(stream) == 2  # up to GROUP's undelivered tail
+    tail = await transport.read(stream, GROUP, "c1", block_ms=100)
+    assert [d.entry_id for d in tail] == ids[4:]
+    assert [d.message for d in tail] == [_dispatch(4), _dispatch(5)]
+    await transport.ack(stream, GROUP, ids[4:])
+    assert await transport.trim(stream) == 2
+    assert await transport.length(stream) == 0
+
+
+async def test_trim_waits_for_the_slowest_group(transport: Transport, names: StreamNames) -> None:
+    stream = names.events("p")
+    await transport.ensure_group(stream, "fast")
+    await transport.ensure_group(stream, "slow")
+    await transport.publish_many(stream, [_dispatch(i) for i in range(3)])
+    deliveries = await transport.read(stream, "fast", "c", block_ms=100)
+    await transport.ack(stream, "fast", [d.entry_id for d in deliveries])
+    assert await transport.trim(stream) == 0
+    assert len(await transport.read(stream, "slow", "c", block_ms=100)) == 3
+
+
+async def test_stream_without_a_group_is_not_trimmed(
+    transport: Transport, names: StreamNames
+) -> None:
+    stream = names.events("p")
+    await transport.publish_many(stream, [_dispatch(i) for i in range(3)])
+    assert await transport.trim(stream) == 0
+    await transport.ensure_group(stream, "scheduler")
+    assert len(await transport.read(stream, "scheduler", "s", block_ms=100)) == 3
+
+
+async def test_group_created_after_a_trim_sees_what_is_left(
+    transport: Transport, names: StreamNames
+) -> None:
+    stream = names.events("p")
+    await transport.ensure_group(stream, "first")
+    ids = await transport.publish_many(stream, [_dispatch(i) for i in range(5)])
+    await transport.read(stream, "first", "c", count=3, block_ms=100)
+    await transport.ack(stream, "first", ids[:3])
+    assert await transport.trim(stream) == 3
+    await transport.ensure_group(stream, "late")
+    late = await transport.read(stream, "late", "c", block_ms=100)
+    assert [d.entry_id for d in late] == ids[3:]
+    assert [d.entry_id for d in await transport.read(stream, "first", "c", block_ms=100)] == ids[3:]
+
+
+async def test_restarted_consumer_rereads_its_pending_entries_after_a_trim(
+    transport: Transport, names: StreamNames
+) -> None:
+    """A scheduler's rebuild (reclaim with no idle time) after a crash that left acknowledged
+    entries on both sides of its pending ones, and some it never read."""
+    stream = names.events("p")
+    await transport.ensure_group(stream, "scheduler")
+    ids = await transport.publish_many(stream, [_dispatch(i) for i in range(5)])
+    await transport.read(stream, "scheduler", "scheduler:dead", block_ms=100)
+    await transport.ack(stream, "scheduler", [ids[0], ids[2]])
+    later = await transport.publish_many(stream, [_dispatch(i) for i in range(5, 7)])
+    assert await transport.trim(stream) == 1
+
+    reread = await transport.reclaim(stream, "scheduler", "scheduler:new", min_idle_ms=0)
+    assert [d.entry_id for d in reread] == [ids[1], ids[3], ids[4]]
+    assert [d.message for d in reread] == [_dispatch(1), _dispatch(3), _dispatch(4)]
+    assert all(d.delivery_count == 2 for d in reread)
+    fresh = await transport.read(stream, "scheduler", "scheduler:new", block_ms=100)
+    assert [d.entry_id for d in fresh] == later
+
+
+async def test_acks_trim_at_most_once_per_interval(
+    transport: Transport, names: StreamNames
+) -> None:
+    dispatches, events = names.dispatch("n1"), names.events("p")
+    await transport.ensure_group(dispatches, GROUP)
+    await transport.ensure_group(events, "scheduler")
+    transport.trim_interval_s = 0
+    await transport.publish_many(dispatches, [_dispatch(i) for i in range(3)])
+    deliveries = await transport.read(dispatches, GROUP, "agent", block_ms=100)
+    await transport.ack(dispatches, GROUP, [d.entry_id for d in deliveries[:2]])
+    assert await transport.length(dispatches) == 1
+    result = ActionResult(action_id="a2", attempt=1, node_id="n1", status="succeeded")
+    await transport.publish_and_ack(events, [result], dispatches, GROUP, [deliveries[2].entry_id])
+    assert await transport.length(dispatches) == 0
+
+    transport.trim_interval_s = 3600  # trimmed just now: the next acks leave the stream alone
+    await transport.publish(dispatches, _dispatch(3))
+    deliveries = await transport.read(dispatches, GROUP, "agent", block_ms=100)
+    await transport.ack(dispatches, GROUP, [d.entry_id for d in deliveries])
+    assert await transport.length(dispatches) == 1
