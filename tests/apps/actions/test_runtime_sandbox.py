@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from apps.resources.models import PoolKind, Tool
 from tests.factories import JobFactory, PoolFactory, ToolFactory
 from workers.agents.cpu.agent import CpuAgent
 from workers.agents.cpu.local import LocalBackend
-from workers.agents.cpu.sandbox import SandboxUnavailable
+from workers.agents.cpu.sandbox import DEFAULT_PATH, SandboxUnavailable
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -76,19 +78,30 @@ async def test_sandboxed_with_the_interpreter_bound_and_work_root_private(
 
 async def test_tool_network_travels_from_the_tool_row_to_the_sandbox(tmp_path: Path) -> None:
     """Tool.network (REST-exposed) → the store's record → Dispatch.network → the sandbox: the
-    same command reaches a listener on the host's loopback only through the tool that has it."""
-    greeting = b"hello-from-the-host"
+    same command reaches a listener on the host's own address only through the tool that has
+    it, and the host's loopback (the database's, Redis's) through neither."""
+    if shutil.which("slirp4netns", path=DEFAULT_PATH) is None:
+        pytest.skip("no slirp4netns here: network-on actions fail (apt-get install slirp4netns)")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        try:
+            udp.connect(("203.0.113.1", 9))  # sends nothing: picks the outward address
+        except OSError:
+            pytest.skip("this host has no route outwards")
+        address = udp.getsockname()[0]
+    if address.startswith("127."):
+        pytest.skip("this host has no non-loopback IPv4 address")
 
     async def greet(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(greeting + b"\n")
+        writer.write(b"hello-from-the-host\n")
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(greet, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    servers = [await asyncio.start_server(greet, host, 0) for host in (address, "127.0.0.1")]
+    ports = [server.sockets[0].getsockname()[1] for server in servers]
     connect = (
-        "python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', "
-        f'{port}), 3); print(s.recv(64).decode().strip())"'
+        'python3 -c "import socket, sys\nfor host, port in zip(sys.argv[1::2], sys.argv[2::2]):'
+        "\n try: print(socket.create_connection((host, int(port)), 3).recv(64).decode().strip())"
+        f"\n except OSError: print('unreachable')\" {address} {ports[0]} 127.0.0.1 {ports[1]}"
     )
 
     def set_up() -> tuple[Any, dict[str, Any]]:
@@ -108,10 +121,12 @@ async def test_tool_network_travels_from_the_tool_row_to_the_sandbox(tmp_path: P
         )
     finally:
         await runtime.stop()
-        server.close()
-        await server.wait_closed()
-    assert (online.status, online.output.strip()) == ("succeeded", greeting.decode())
-    assert offline.status == "failed" and "refused" in offline.output.lower(), offline.output
+        for server in servers:
+            server.close()
+            await server.wait_closed()
+    assert online.status == "succeeded", online.output
+    assert online.output.split() == ["hello-from-the-host", "unreachable"], online.output
+    assert offline.output.split() == ["unreachable", "unreachable"], offline.output
 
 
 def _submit_and_wait(job: Any, tool_name: str, command: str) -> Action:

@@ -5,10 +5,12 @@ session (its own process group) inside a fresh cgroup whose cpuset is exactly th
 with a memory limit, a CFS quota of ``len(cores)`` CPUs and a pids limit. Where no cgroup
 hierarchy is writable, the child is pinned with CPU affinity instead (``taskset``). The command
 itself runs in a bubblewrap sandbox as an unprivileged user (``sandbox.py``): it sees only system
-directories, its own working directory and a private ``/tmp``, with a clean environment, and no
-network unless its tool has it. On exit, timeout or cancel everything the action started is
-killed: its process group, its cgroup's processes, and (affinity path) every process carrying its
-``LOOM_ACTION`` environment marker. The trajectory's working directory stays between its actions
+directories, its own working directory and a private ``/tmp``, with a clean environment, and a
+network namespace of its own: loopback only, or, for a tool with network on, slirp4netns's
+outbound network without the host's loopback (its slirp4netns is confined, and killed, with the
+action). On exit, timeout or cancel everything the action started is killed: its process group,
+its cgroup's processes, and (affinity path) every process carrying its ``LOOM_ACTION``
+environment marker. The trajectory's working directory stays between its actions
 and is removed when the trajectory ends or stays idle past ``idle_ttl_s``. Working directories
 live under ``work_root`` (root-owned, mode 0711: a sandbox user cannot list it), outside Loom's
 repository, so no project configuration of Loom's leaks into an action.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -37,7 +40,14 @@ from workers.agents.cpu.backend import (
     supervise,
 )
 from workers.agents.cpu.cgroups import CgroupDriver, CgroupHandle, detect_cgroup_driver
-from workers.agents.cpu.sandbox import DEFAULT_PATH, WORKDIR, Sandbox, open_sandbox
+from workers.agents.cpu.sandbox import (
+    DEFAULT_PATH,
+    WORKDIR,
+    Sandbox,
+    SandboxUnavailable,
+    open_sandbox,
+)
+from workers.agents.cpu.sandbox_network import NetworkUnavailable, UserNetwork
 from workers.transport.messages import Dispatch
 
 logger = logging.getLogger(__name__)
@@ -130,14 +140,14 @@ class LocalBackend(ExecutionBackend):
         )
         return env
 
-    def _argv(self, dispatch: Dispatch, workdir: Path, cgroup: CgroupHandle | None) -> list[str]:
-        """The child's argv: it confines itself before the command runs (same pid, then exec).
-
-        With a cgroup, a wrapper shell writes its own pid into the cgroup and execs the sandbox,
-        so nothing the command forks escapes and the agent never waits for the slow v1 cpuset
-        attach. Without one, ``taskset`` pins the child (children inherit the affinity). No
-        ``preexec_fn``: it is not fork-safe in a threaded process such as the agent.
-        """
+    def _argv(
+        self,
+        dispatch: Dispatch,
+        workdir: Path,
+        cgroup: CgroupHandle | None,
+        network: UserNetwork | None,
+    ) -> list[str]:
+        """The child's argv: it confines itself before the command runs (``_confined``)."""
         command = [self.shell, "-c", dispatch.rendered_command()]
         if self.sandbox is not None:
             has_pids_cgroup = cgroup is not None and bool(self.cgroups and self.cgroups.limits_pids)
@@ -146,7 +156,20 @@ class LocalBackend(ExecutionBackend):
                 workdir=workdir,
                 network=dispatch.network,
                 nproc=None if has_pids_cgroup else self.fallback_nproc,
+                user_network=network,
             )
+        return self._confined(dispatch, cgroup, command)
+
+    def _confined(
+        self, dispatch: Dispatch, cgroup: CgroupHandle | None, command: list[str]
+    ) -> list[str]:
+        """``command`` prefixed so that it confines itself (same pid, then exec).
+
+        With a cgroup, a wrapper shell writes its own pid into the cgroup and execs the command,
+        so nothing the command forks escapes and the agent never waits for the slow v1 cpuset
+        attach. Without one, ``taskset`` pins the child (children inherit the affinity). No
+        ``preexec_fn``: it is not fork-safe in a threaded process such as the agent.
+        """
         if cgroup is not None:
             files = cgroup.procs_files
             return [self.shell, "-c", _JOIN_SCRIPT, "loom-join", str(len(files)), *files, *command]
@@ -199,31 +222,75 @@ class LocalBackend(ExecutionBackend):
     async def _run_process(
         self, dispatch: Dispatch, workdir: Path, cgroup: CgroupHandle | None, started: float
     ) -> ExecOutcome:
+        network: UserNetwork | None = None
+        try:
+            if dispatch.network and self.sandbox is not None:
+                network = self.sandbox.user_network()
+        except (SandboxUnavailable, OSError) as exc:  # fail closed, never the host's network
+            return ExecOutcome(None, b"", False, started, time.time(), infra_error=str(exc))
+        try:
+            return await self._spawn(dispatch, workdir, cgroup, started, network)
+        finally:
+            if network is not None:
+                await finish_despite_cancel(network.stop())
+
+    async def _spawn(
+        self,
+        dispatch: Dispatch,
+        workdir: Path,
+        cgroup: CgroupHandle | None,
+        started: float,
+        network: UserNetwork | None,
+    ) -> ExecOutcome:
         try:
             process, cancelled = await finish_despite_cancel(
                 asyncio.create_subprocess_exec(
-                    *self._argv(dispatch, workdir, cgroup),
+                    *self._argv(dispatch, workdir, cgroup, network),
                     cwd=workdir,
                     env=self._environment(dispatch, workdir),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT,
                     start_new_session=True,
+                    pass_fds=network.pass_fds if network is not None else (),
                 )
             )
         except (OSError, ValueError) as exc:
             return ExecOutcome(None, b"", False, started, time.time(), infra_error=str(exc))
-        return await supervise(
+
+        async def kill_leftovers() -> None:
+            await self.blocking(self._kill_everything, dispatch, process.pid, cgroup)
+
+        network_failure = None
+        if network is not None and not cancelled:
+            network_failure, cancelled = await finish_despite_cancel(
+                self._connect(dispatch, cgroup, network)
+            )
+            if network_failure is not None:
+                await kill_leftovers()  # its command never ran
+        outcome = await supervise(
             process,
             dispatch=dispatch,
             started=started,
             spawn_cancelled=cancelled,
-            kill_leftovers=lambda: self.blocking(
-                self._kill_everything, dispatch, process.pid, cgroup
-            ),
+            kill_leftovers=kill_leftovers,
             oom_killed=lambda: cgroup.oom_killed() if cgroup is not None else False,
             pipe_drain_s=_PIPE_DRAIN_S,
         )
+        if network_failure is not None:
+            return dataclasses.replace(outcome, infra_error=network_failure)
+        return outcome
+
+    async def _connect(
+        self, dispatch: Dispatch, cgroup: CgroupHandle | None, network: UserNetwork
+    ) -> str | None:
+        """Start the action's slirp4netns, confined as the action is; the failure, if any."""
+        env = {"PATH": DEFAULT_PATH, procs.MARKER_VARIABLE: self._marker(dispatch)}
+        try:
+            await network.start(prefix=self._confined(dispatch, cgroup, []), env=env)
+        except (NetworkUnavailable, OSError) as exc:
+            return f"network of this action: {exc}"
+        return None
 
     def _kill_everything(self, dispatch: Dispatch, pgid: int, cgroup: CgroupHandle | None) -> None:
         procs.kill_process_group(pgid)

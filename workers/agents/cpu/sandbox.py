@@ -3,10 +3,10 @@
 Why this construction (each property is checked from the host's side, ``/proc/<pid>/status``):
 
 - **Root agent ("drop" mode).** ``bwrap`` runs as real root *without* a user namespace, builds
-  fresh mount, pid, ipc, uts, cgroup (and, for tools without network, net) namespaces around a
-  tmpfs root holding only what is listed below, then execs ``setpriv --reuid U --regid G
-  --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs`` which becomes the dedicated
-  sandbox user before the command starts. A user namespace is avoided on purpose: one created by
+  fresh mount, pid, ipc, uts, cgroup and net namespaces around a tmpfs root holding only what is
+  listed below, then execs ``setpriv --reuid U --regid G --clear-groups --inh-caps=-all
+  --bounding-set=-all --no-new-privs`` which becomes the dedicated sandbox user before the
+  command starts. A user namespace is avoided on purpose: one created by
   root maps the sandbox's uid onto host root, so the kernel would still see root outside. Here the
   host sees uid U ≠ 0 with no effective, permitted, inheritable, ambient or bounding capabilities
   and ``NoNewPrivs: 1``. The pid namespace's init (bwrap itself) stays uid 0 but capability-less;
@@ -35,9 +35,19 @@ cgroup); the trajectory's directory read-write at ``/workdir`` (the cwd, ``HOME`
 ``LOOM_WORKDIR``); and tool runtimes an operator names (a Python virtualenv and its base
 interpreter) read-only at their own paths — never a directory holding Loom's repository, ``var/``
 or the working directories. Nothing else of the host exists in the sandbox, so Loom's keys, its
-database file and other trajectories' directories cannot even be named. A tool with ``network``
-off gets a network namespace of its own (loopback only); with it on, the host's network,
-including services bound to the host's loopback — grant it knowingly.
+database file and other trajectories' directories cannot even be named.
+
+Network: every action gets a network namespace of its own. A tool with ``network`` off has
+loopback only. With it on, ``slirp4netns`` connects it to the outside (``sandbox_network.py``):
+it relays the action's connections as ordinary sockets of the agent's, and with
+``--disable-host-loopback`` it refuses the host's loopback, so the services bound there (the
+database, Redis) stay out of reach; DNS goes to slirp's resolver (``10.0.2.3``). What the agent's
+host can reach on its other addresses, the action can too, like any machine beside it: a service
+must not listen on those addresses unless it means to serve the network. Without ``slirp4netns``
+a network-on action fails (``infra_error``, naming the package) — fail closed — unless the
+operator set ``LOOM_SANDBOX_HOST_NETWORK=1``: then such actions share the host's network, its
+loopback services included, and the agent says so loudly at start. Like the insecure flag, it
+only applies where ``slirp4netns`` is missing; it never replaces working user-mode networking.
 
 Without a working sandbox the agent refuses to start (``open_sandbox``). The operator's insecure
 flag only permits running unsandboxed *where no sandbox works*; it never turns a working one off.
@@ -48,6 +58,13 @@ every sandboxed process is in the cgroup; they are visible in the host's ``/proc
 namespace mean that killing the outer bwrap (the process group leader) ends everything inside.
 No ``--new-session``: the action already runs in a session of its own without a terminal, and a
 new session inside would take the sandbox out of the process group the backend kills.
+The ``slirp4netns`` of a network-on action runs as the agent's user outside the sandbox (it must
+enter the namespace; as root with ``--enable-sandbox``: an empty root of its own and no
+capabilities but binding low ports; both modes with its seccomp filter) and within the action's
+limits: it joins the action's cgroup (cores, memory; one process, started before the command, so
+a fork bomb cannot crowd it out) or its affinity, carries its marker, is killed and reaped by the
+backend when the action ends, whatever ends it, and exits by itself when the agent dies
+(``--exit-fd``).
 """
 
 from __future__ import annotations
@@ -61,14 +78,19 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+from workers.agents.cpu.sandbox_network import NETWORK_DNS, UserNetwork
 
 logger = logging.getLogger(__name__)
 
 INSECURE_VARIABLE = "LOOM_INSECURE_UNSANDBOXED_ACTIONS"
+HOST_NETWORK_VARIABLE = "LOOM_SANDBOX_HOST_NETWORK"
 DEFAULT_USER = "loom-sandbox"
 WORKDIR = "/workdir"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
+NETWORK_HINT = "install slirp4netns (Debian/Ubuntu: apt-get install slirp4netns)"
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_ENTRIES = (
     "alternatives",
@@ -105,9 +127,18 @@ class SandboxUser:
     name: str
 
 
+def _flag_from_env(variable: str) -> bool:
+    return os.environ.get(variable, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def insecure_from_env() -> bool:
     """Whether the operator set ``LOOM_INSECURE_UNSANDBOXED_ACTIONS`` to a true value."""
-    return os.environ.get(INSECURE_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+    return _flag_from_env(INSECURE_VARIABLE)
+
+
+def host_network_from_env() -> bool:
+    """Whether the operator set ``LOOM_SANDBOX_HOST_NETWORK`` to a true value."""
+    return _flag_from_env(HOST_NETWORK_VARIABLE)
 
 
 def resolve_user(spec: str = DEFAULT_USER) -> SandboxUser:
@@ -184,7 +215,12 @@ class Sandbox:
         ro_binds: Sequence[Path] = (),
         protected: Sequence[Path] = (),
         bwrap: str | None = None,
+        slirp4netns: str | Literal["auto"] | None = "auto",
+        host_network: bool | None = None,
     ) -> None:
+        """``slirp4netns``: its path, ``"auto"`` to look for it, ``None``: unavailable.
+        ``host_network``: network-on actions share the host's network where slirp4netns is
+        unavailable (default: ``LOOM_SANDBOX_HOST_NETWORK``); otherwise they fail."""
         found = bwrap or shutil.which("bwrap")
         if found is None:
             raise SandboxUnavailable("bwrap not found")
@@ -197,8 +233,23 @@ class Sandbox:
             raise SandboxUnavailable("setpriv/prlimit (util-linux) not found under /usr")
         self.ro_binds = _check_runtime_binds(ro_binds, protected)
         self.block_userns = self.root  # drop mode: nest an unprivileged bwrap (module docstring)
+        if slirp4netns == "auto":
+            slirp4netns = shutil.which("slirp4netns", path=DEFAULT_PATH)
+        self.slirp4netns = slirp4netns
+        allowed = host_network_from_env() if host_network is None else host_network
+        self.host_network = slirp4netns is None and allowed
+        if self.host_network:
+            logger.critical(
+                "!!! INSECURE: actions of network-enabled tools share the HOST's network, "
+                "services on its loopback (database, Redis) included (%s is set and slirp4netns "
+                "is missing: %s) !!!",
+                HOST_NETWORK_VARIABLE,
+                NETWORK_HINT,
+            )
+        elif slirp4netns is None:
+            logger.warning("actions of network-enabled tools will fail: %s", NETWORK_HINT)
         self._etc = Path(tempfile.mkdtemp(prefix="loom-sandbox-etc-"))
-        self._write_accounts()
+        self._write_etc()
 
     @property
     def mode(self) -> str:
@@ -206,19 +257,43 @@ class Sandbox:
         return "drop" if self.root else "userns"
 
     @property
+    def network_mode(self) -> str:
+        """What network-on actions get: ``slirp4netns``, ``host`` (insecure) or ``refused``."""
+        if self.slirp4netns is not None:
+            return "slirp4netns"
+        return "host" if self.host_network else "refused"
+
+    @property
     def host_uid(self) -> int:
         """The uid the host sees for sandboxed processes."""
         return self.user.uid if self.user is not None else os.geteuid()
 
-    def _write_accounts(self) -> None:
+    def _write_etc(self) -> None:
+        """The accounts, and the resolver of actions on slirp4netns's network."""
         uid, gid = self.host_uid, self.user.gid if self.user else os.getegid()
         name = self.user.name if self.user else DEFAULT_USER
         (self._etc / "passwd").write_text(
             f"root:x:0:0:root:/root:/usr/sbin/nologin\n{name}:x:{uid}:{gid}::{WORKDIR}:/bin/sh\n"
         )
         (self._etc / "group").write_text(f"root:x:0:\n{name}:x:{gid}:\n")
-        for path in (self._etc, self._etc / "passwd", self._etc / "group"):
-            path.chmod(0o755 if path.is_dir() else 0o644)
+        (self._etc / "resolv.conf").write_text(f"nameserver {NETWORK_DNS}\n")
+        self._etc.chmod(0o755)
+        for name in ("passwd", "group", "resolv.conf"):
+            (self._etc / name).chmod(0o644)
+
+    def user_network(self) -> UserNetwork | None:
+        """The network of one network-on action: its own, through slirp4netns; ``None`` where
+        the operator chose the host's (``host_network``). Raises where neither is possible."""
+        if self.slirp4netns is not None:
+            return UserNetwork(self.slirp4netns, join_userns=not self.root)
+        if self.host_network:
+            return None
+        raise SandboxUnavailable(
+            f"this tool has network on, but slirp4netns is not installed on this node, and "
+            f"without it the sandbox would share the host's network, services on its loopback "
+            f"included. Fix: {NETWORK_HINT}; or, knowing that such actions then reach those "
+            f"services, set {HOST_NETWORK_VARIABLE}=1 on the agent"
+        )
 
     def own(self, directory: Path) -> None:
         """Hand a working directory to the sandbox user, private to it."""
@@ -227,14 +302,26 @@ class Sandbox:
         directory.chmod(0o700)
 
     def wrap(
-        self, argv: Sequence[str], *, workdir: Path, network: bool, nproc: int | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        workdir: Path,
+        network: bool,
+        nproc: int | None = None,
+        user_network: UserNetwork | None = None,
     ) -> list[str]:
         """``argv`` run in a sandbox around ``workdir``; ``nproc``: an RLIMIT_NPROC for the
-        sandbox user, for hosts without a pids cgroup (it counts all the user's processes)."""
+        sandbox user, for hosts without a pids cgroup (it counts all the user's processes).
+        ``network`` on: ``user_network`` connects the sandbox (``user_network()``; the caller
+        then spawns with its ``pass_fds`` and calls its ``start``)."""
+        if network and user_network is None and not self.host_network:
+            raise SandboxUnavailable("network on without a user network: refusing the host's")
         args = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
         args += ["--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
-        if not network:
+        if not network or user_network is not None:
             args.append("--unshare-net")
+        if user_network is not None:
+            args += user_network.bwrap_args()
         if not self.root:
             args += ["--unshare-user", "--disable-userns"]
             args += ["--uid", str(os.geteuid()), "--gid", str(os.getegid())]
@@ -245,9 +332,11 @@ class Sandbox:
             elif os.path.isdir(directory):
                 args += ["--ro-bind", directory, directory]
         args += ["--dir", "/etc"]
+        generated = ["passwd", "group"] + (["resolv.conf"] if user_network else [])
         for entry in _ETC_ENTRIES:
-            args += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
-        for name in ("passwd", "group"):
+            if entry not in generated:
+                args += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
+        for name in generated:
             args += ["--ro-bind", str(self._etc / name), f"/etc/{name}"]
         args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
         args += ["--perms", "1777", "--tmpfs", "/tmp"]  # bwrap's defaults: root's, mode 0755
@@ -342,10 +431,11 @@ def open_sandbox(
             sandbox.block_userns = False
             sandbox.self_test()
         logger.info(
-            "actions run sandboxed (bwrap, %s mode, uid %d, nested bwrap: %s)",
+            "actions run sandboxed (bwrap, %s mode, uid %d, nested bwrap: %s, network: %s)",
             sandbox.mode,
             sandbox.host_uid,
             sandbox.block_userns,
+            sandbox.network_mode,
         )
         return sandbox
     except SandboxUnavailable as exc:
