@@ -14,7 +14,7 @@ FRONTEND_SOURCES := $(shell find frontend/src -type f 2>/dev/null) frontend/inde
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/loom
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: demo test test-all lint bench venv frontend frontend-test system-deps test-postgres test-sqlite
+.PHONY: demo test test-all lint bench venv frontend frontend-test sandbox-deps system-deps test-postgres test-sqlite
 
 $(STAMP): requirements/base.txt requirements/dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -37,24 +37,33 @@ frontend: $(DIST)
 frontend-test: $(NODE_STAMP)
 	cd frontend && npm test
 
-# Browser tests drive Debian's Chromium; Docker tests start their own dockerd; local actions run in
-# bubblewrap. The tests needing them skip with the reason printed when these cannot be installed
-# (no root, no apt).
-system-deps:
+# Debian packages installed when missing (root with apt-get only; otherwise say what is missing).
+# $(1): the packages' "command-or-path:package" pairs; $(2): what happens without them.
+define apt_missing
 	@missing=""; \
-	test -x /usr/bin/chromium || missing="$$missing chromium"; \
-	command -v dockerd >/dev/null || missing="$$missing docker.io"; \
-	command -v busybox >/dev/null || missing="$$missing busybox-static"; \
-	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	for pair in $(1); do \
+	  probe="$${pair%%:*}"; package="$${pair#*:}"; \
+	  { test -x "$$probe" || command -v "$$probe" >/dev/null; } || missing="$$missing $$package"; \
+	done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing:$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null \
-	      || echo "apt-get install$$missing failed: the tests needing them will skip"; \
-	  else echo "cannot install$$missing: the tests needing them will skip"; fi; \
+	      || echo "apt-get install$$missing failed: $(2)"; \
+	  else echo "cannot install$$missing: $(2)"; fi; \
 	fi
+endef
 
-demo: $(STAMP) $(DIST)
+# Local actions run in bubblewrap, network-on tools through slirp4netns (workers/agents/cpu/sandbox.py).
+sandbox-deps:
+	$(call apt_missing,bwrap:bubblewrap slirp4netns:slirp4netns,actions cannot be sandboxed and the agent will refuse to start)
+
+# Browser tests drive Debian's Chromium; Docker tests start their own dockerd. The tests needing
+# them skip with the reason printed when these cannot be installed (no root, no apt).
+system-deps: sandbox-deps
+	$(call apt_missing,/usr/bin/chromium:chromium dockerd:docker.io busybox:busybox-static,the tests needing them will skip)
+
+demo: $(STAMP) $(DIST) sandbox-deps
 	$(PY) manage.py demo
 
 lint: $(STAMP)

@@ -69,6 +69,7 @@ backend when the action ends, whatever ends it, and exits by itself when the age
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import pwd
@@ -248,8 +249,7 @@ class Sandbox:
             )
         elif slirp4netns is None:
             logger.warning("actions of network-enabled tools will fail: %s", NETWORK_HINT)
-        self._etc = Path(tempfile.mkdtemp(prefix="loom-sandbox-etc-"))
-        self._write_etc()
+        self._etc = self._etc_directory()
 
     @property
     def mode(self) -> str:
@@ -268,18 +268,41 @@ class Sandbox:
         """The uid the host sees for sandboxed processes."""
         return self.user.uid if self.user is not None else os.geteuid()
 
-    def _write_etc(self) -> None:
+    def _etc_files(self) -> dict[str, str]:
         """The accounts, and the resolver of actions on slirp4netns's network."""
         uid, gid = self.host_uid, self.user.gid if self.user else os.getegid()
         name = self.user.name if self.user else DEFAULT_USER
-        (self._etc / "passwd").write_text(
-            f"root:x:0:0:root:/root:/usr/sbin/nologin\n{name}:x:{uid}:{gid}::{WORKDIR}:/bin/sh\n"
-        )
-        (self._etc / "group").write_text(f"root:x:0:\n{name}:x:{gid}:\n")
-        (self._etc / "resolv.conf").write_text(f"nameserver {NETWORK_DNS}\n")
-        self._etc.chmod(0o755)
-        for name in ("passwd", "group", "resolv.conf"):
-            (self._etc / name).chmod(0o644)
+        return {
+            "passwd": f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+            f"{name}:x:{uid}:{gid}::{WORKDIR}:/bin/sh\n",
+            "group": f"root:x:0:\n{name}:x:{gid}:\n",
+            "resolv.conf": f"nameserver {NETWORK_DNS}\n",
+        }
+
+    def _etc_directory(self) -> Path:
+        """The generated ``/etc`` files, one directory per content in a private directory of this
+        uid: every sandbox (and agent process) with the same files shares it, so agents that die
+        without closing leave nothing new behind."""
+        private = Path(tempfile.gettempdir()) / f"loom-sandbox-{os.geteuid()}"
+        private.mkdir(mode=0o700, exist_ok=True)
+        owner = private.lstat()
+        if private.is_symlink() or owner.st_uid != os.geteuid() or owner.st_mode & 0o077:
+            raise SandboxUnavailable(f"{private} is not a private directory of this user")
+        files = self._etc_files()
+        digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
+        etc = private / f"etc-{digest}"
+        if etc.is_dir():
+            return etc
+        staging = Path(tempfile.mkdtemp(prefix="etc-staging-", dir=private))
+        for name, text in files.items():
+            (staging / name).write_text(text)
+            (staging / name).chmod(0o644)
+        staging.chmod(0o755)
+        try:
+            staging.rename(etc)
+        except OSError:  # another process made it meanwhile: same content
+            shutil.rmtree(staging, ignore_errors=True)
+        return etc
 
     def user_network(self) -> UserNetwork | None:
         """The network of one network-on action: its own, through slirp4netns; ``None`` where
@@ -400,7 +423,7 @@ class Sandbox:
             shutil.rmtree(scratch, ignore_errors=True)
 
     def close(self) -> None:
-        shutil.rmtree(self._etc, ignore_errors=True)
+        """Nothing to release: the generated ``/etc`` is shared (``_etc_directory``)."""
 
 
 def open_sandbox(
