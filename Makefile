@@ -1,8 +1,8 @@
 # Loom: `make demo` runs the embedded control plane; `make test` runs the whole suite.
 # Neither relies on anything installed by hand: both create .venv and install from requirements/,
-# build the dashboard with npm, and (test) install Chromium, Docker and bubblewrap from Debian's
-# packages and start a throwaway PostgreSQL and Redis where none is reachable
-# (deploy/dev/with-services.sh, which stops what it started).
+# build the dashboard with npm and install the sandbox's Debian packages (bubblewrap, slirp4netns);
+# test also installs Chromium and Docker and starts a throwaway PostgreSQL and Redis where none is
+# reachable (deploy/dev/with-services.sh, which stops what it started).
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
