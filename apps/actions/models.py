@@ -2,7 +2,8 @@
 
 Invariants live in the database: min ≤ max and non-negative units of the key resource, an
 allocation exactly while scheduled or running, one idempotency key per job. State changes are
-conditional UPDATEs in ``services.py`` so no action can be started twice.
+conditional UPDATEs whose guards come from one table (``workers.scheduler.transitions``), so no
+action can be started twice.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from django.db.models import F, Q
 from apps.jobs.models import Job
 from apps.resources.models import Node, ResourcePool, Service, Tool
 from apps.trajectories.models import Trajectory
+from workers.scheduler import transitions
 
 
 class ActionStatus(models.TextChoices):
@@ -25,14 +27,9 @@ class ActionStatus(models.TextChoices):
     TIMED_OUT = "timed_out", "timed out"
 
 
-ACTIVE_STATUSES = (ActionStatus.QUEUED, ActionStatus.SCHEDULED, ActionStatus.RUNNING)
-ALLOCATED_STATUSES = (ActionStatus.SCHEDULED, ActionStatus.RUNNING)
-TERMINAL_STATUSES = (
-    ActionStatus.SUCCEEDED,
-    ActionStatus.FAILED,
-    ActionStatus.CANCELLED,
-    ActionStatus.TIMED_OUT,
-)
+ACTIVE_STATUSES = tuple(ActionStatus(status) for status in transitions.ACTIVE)
+ALLOCATED_STATUSES = tuple(ActionStatus(status) for status in transitions.ALLOCATED)
+TERMINAL_STATUSES = tuple(ActionStatus(status) for status in transitions.TERMINAL)
 
 
 class Action(models.Model):

@@ -3,7 +3,7 @@
 Embedded mode: in-process waiters (``threading.Event`` per waiting request), signalled from the
 process that ended the action. Redis mode: the ender publishes the ids on
 ``<prefix>:actions-ended`` and a listener thread in each waiting process wakes its waiters
-(``RedisNotifier``). ``action_finish``/``action_cancel`` and the scheduler's store call
+(``RedisNotifier``). ``action_cancel`` and the scheduler's store call
 ``publish_action_ended`` from ``transaction.on_commit``, so a waiter never wakes before the result
 is readable.
 

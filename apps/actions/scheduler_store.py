@@ -3,6 +3,8 @@
 Every write is one transaction per scheduling batch: the per-row conditional UPDATEs go through
 ``executemany`` (pipelined by psycopg 3, so a batch of hundreds costs about one round trip), and
 each keeps the state-machine guard in its WHERE clause — a finish never overwrites a cancel.
+Guards, the row forms' columns and the output cap come from ``workers.scheduler.transitions``;
+``tests/apps/actions/test_store_contract.py`` checks every form writes what the table says.
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ from workers.scheduler.records import (
     RequeueUpdate,
     ScheduledUpdate,
 )
+from workers.scheduler.transitions import FINISH, REQUEUE, SCHEDULE, START, Transition, cap_output
 from workers.transport import NodeRegister
 
 CHUNK = 500
 S = TypeVar("S")
-OUTPUT_LIMIT_CHARS = 1_000_000
 
 
 def _epoch(moment: dt.datetime | None) -> float:
@@ -115,27 +117,30 @@ def new_action_record(action: Action, tool: Tool | None, pool_kind: str) -> Acti
 
 
 TABLE = Action._meta.db_table
-QUEUED = ActionStatus.QUEUED.value
-SCHEDULED = ActionStatus.SCHEDULED.value
-ALLOCATED = (ActionStatus.SCHEDULED.value, ActionStatus.RUNNING.value)
-ACTIVE = (QUEUED, *ALLOCATED)  # a finish may end a queued action (a demand never satisfiable)
+SCHEDULED = SCHEDULE.targets[0]
+QUEUED = REQUEUE.targets[0]
 
-# Row-at-a-time forms (SQLite; PostgreSQL for a batch of one); every one keeps its state-machine
-# guard in the WHERE clause.
-_REQUEUE_ROW = (
-    f"UPDATE {TABLE} SET status = %s, allocation = NULL, node_id = NULL, scheduled_at = NULL, "
-    "started_at = NULL, error_reason = %s WHERE id = %s AND status IN (%s, %s)"
-)
-_SCHEDULE_ROW = (
-    f"UPDATE {TABLE} SET status = %s, allocation = %s, node_id = %s, scheduled_at = %s, "
-    "attempts = %s WHERE id = %s AND status = %s"
-)
-_FINISH_SET = (
-    "SET status = %s, finished_at = %s, started_at = %s, exit_code = %s, output = %s, "
-    "error_reason = %s WHERE id = %s AND status IN (%s, %s, %s)"
-)
-_FINISH_ROW = f"UPDATE {TABLE} {_FINISH_SET}"
-_FINISH_ROW_AS_A = f"UPDATE {TABLE} AS a {_FINISH_SET}"  # PostgreSQL: RETURNING names ``a``
+
+def _guard(transition: Transition, column: str = "status") -> str:
+    """``status IN (%s, …)``, one placeholder per source state (params: ``*sources``)."""
+    return f"{column} IN ({', '.join(['%s'] * len(transition.sources))})"
+
+
+def _row_form(transition: Transition) -> str:
+    """``UPDATE … SET <the transition's columns> WHERE id = %s AND <its guard>``; the params
+    are the written columns in ``sets`` order (cleared ones are NULL), the id, the sources."""
+    assignments = ", ".join(
+        f"{column} = NULL" if column in transition.cleared else f"{column} = %s"
+        for column in transition.sets
+    )
+    return f"SET {assignments} WHERE id = %s AND {_guard(transition)}"
+
+
+# Row-at-a-time forms (SQLite; PostgreSQL for a batch of one), built from the transition table.
+_REQUEUE_ROW = f"UPDATE {TABLE} {_row_form(REQUEUE)}"
+_SCHEDULE_ROW = f"UPDATE {TABLE} {_row_form(SCHEDULE)}"
+_FINISH_ROW = f"UPDATE {TABLE} {_row_form(FINISH)}"
+_FINISH_ROW_AS_A = f"UPDATE {TABLE} AS a {_row_form(FINISH)}"  # PostgreSQL: RETURNING names ``a``
 
 # An end published with the rows it wrote (``notify``: the waiter answers without reading the
 # row) when the batch is this small; a bigger one publishes ids and its waiters read the rows.
@@ -160,8 +165,8 @@ class _SetBasedWriter:
             f"UPDATE {TABLE} AS a SET status = %s, allocation = NULL, node_id = NULL, "
             "scheduled_at = NULL, started_at = NULL, error_reason = v.reason "
             "FROM unnest(%s::bigint[], %s::text[]) AS v(id, reason) "
-            "WHERE a.id = v.id AND a.status IN (%s, %s)",
-            [QUEUED, ids, reasons, *ALLOCATED],
+            f"WHERE a.id = v.id AND {_guard(REQUEUE, 'a.status')}",
+            [QUEUED, ids, reasons, *REQUEUE.sources],
         )
 
     def schedule(self, rows: list[tuple[int, str, int | None, Any, int]]) -> set[int]:
@@ -169,7 +174,7 @@ class _SetBasedWriter:
             action_id, allocation, node, moment, attempt = rows[0]
             self.cursor.execute(
                 f"{_SCHEDULE_ROW} RETURNING id",
-                (SCHEDULED, allocation, node, moment, attempt, action_id, QUEUED),
+                (SCHEDULED, allocation, node, moment, attempt, action_id, *SCHEDULE.sources),
             )
             return {row[0] for row in self.cursor.fetchall()}
         ids, allocations, nodes, moments, attempts = _columns(rows, 5)
@@ -178,8 +183,8 @@ class _SetBasedWriter:
             "node_id = v.node_id, scheduled_at = v.scheduled_at, attempts = v.attempts "
             "FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::timestamptz[], %s::int[]) "
             "AS v(id, allocation, node_id, scheduled_at, attempts) "
-            "WHERE a.id = v.id AND a.status = %s RETURNING a.id",
-            [SCHEDULED, ids, allocations, nodes, moments, attempts, QUEUED],
+            f"WHERE a.id = v.id AND {_guard(SCHEDULE, 'a.status')} RETURNING a.id",
+            [SCHEDULED, ids, allocations, nodes, moments, attempts, *SCHEDULE.sources],
         )
         return {row[0] for row in self.cursor.fetchall()}
 
@@ -187,7 +192,9 @@ class _SetBasedWriter:
         """``returning``: answer each moved row's id and progress (``progress_returning``)."""
         tail = f" RETURNING {progress_returning(connection.vendor)}" if returning else ""
         if len(rows) == 1:
-            self.cursor.execute(_FINISH_ROW_AS_A + tail, (*rows[0][1:], rows[0][0], *ACTIVE))
+            self.cursor.execute(
+                _FINISH_ROW_AS_A + tail, (*rows[0][1:], rows[0][0], *FINISH.sources)
+            )
         else:
             ids, statuses, finished, started, codes, outputs, reasons = _columns(rows, 7)
             self.cursor.execute(
@@ -197,8 +204,8 @@ class _SetBasedWriter:
                 "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], "
                 "%s::int[], %s::text[], %s::text[]) "
                 "AS v(id, status, finished_at, started_at, exit_code, output, reason) "
-                f"WHERE a.id = v.id AND a.status IN (%s, %s, %s){tail}",
-                [ids, statuses, finished, started, codes, outputs, reasons, *ACTIVE],
+                f"WHERE a.id = v.id AND {_guard(FINISH, 'a.status')}{tail}",
+                [ids, statuses, finished, started, codes, outputs, reasons, *FINISH.sources],
             )
         return self.cursor.fetchall() if returning else []
 
@@ -332,7 +339,13 @@ class DjangoActionStore:
                 if writer is not None:
                     writer.requeue(rows)
                 else:
-                    cursor.executemany(_REQUEUE_ROW, [(QUEUED, r, i, *ALLOCATED) for i, r in rows])
+                    cursor.executemany(
+                        _REQUEUE_ROW,
+                        [
+                            (QUEUED, reason, action_id, *REQUEUE.sources)
+                            for action_id, reason in rows
+                        ],
+                    )
             if scheduled:
                 rows_s = [
                     (
@@ -347,10 +360,12 @@ class DjangoActionStore:
                 if writer is not None:
                     moved = writer.schedule(rows_s)
                 else:
-                    for i, a, n, t, k in rows_s:
-                        cursor.execute(_SCHEDULE_ROW, (SCHEDULED, a, n, t, k, i, QUEUED))
+                    for action_id, *columns in rows_s:
+                        cursor.execute(
+                            _SCHEDULE_ROW, (SCHEDULED, *columns, action_id, *SCHEDULE.sources)
+                        )
                         if cursor.rowcount == 1:
-                            moved.add(i)
+                            moved.add(action_id)
             if finished:
                 rows_f = [
                     (
@@ -359,7 +374,7 @@ class DjangoActionStore:
                         _moment(u.finished_at),
                         _moment(u.started_at),
                         u.exit_code,
-                        u.output[:OUTPUT_LIMIT_CHARS],
+                        cap_output(u.output),
                         u.reason,
                     )
                     for u in finished
@@ -368,7 +383,9 @@ class DjangoActionStore:
                     returned = writer.finish(rows_f, returning=_progress_fits(rows_f))
                     progress = {row[0]: progress_from_row(row[1:]) for row in returned}
                 else:
-                    cursor.executemany(_FINISH_ROW, [(*row[1:], row[0], *ACTIVE) for row in rows_f])
+                    cursor.executemany(
+                        _FINISH_ROW, [(*row[1:], row[0], *FINISH.sources) for row in rows_f]
+                    )
             ended = [u.action_id for u in finished]
             if ended:
                 publish = functools.partial(publish_action_ended, ended, progress or None)
@@ -378,8 +395,8 @@ class DjangoActionStore:
     def mark_running(self, action_ids: Sequence[int], at: float) -> None:
         """scheduled → running for the actions an agent's heartbeat says it is executing."""
         if action_ids:
-            Action.objects.filter(pk__in=list(action_ids), status=ActionStatus.SCHEDULED).update(
-                status=ActionStatus.RUNNING, started_at=_moment(at)
+            Action.objects.filter(pk__in=list(action_ids), status__in=START.sources).update(
+                **START.columns(started_at=_moment(at))
             )
 
     def upsert_node(self, register: NodeRegister) -> None:

@@ -1,10 +1,9 @@
-"""Writes for actions: submission (single and batch) and the state transitions.
+"""Writes for actions from the web side: submission (single and batch) and cancellation.
 
-Transitions are conditional UPDATEs (``UPDATE … WHERE id = %s AND status IN (…)``) whose row count
-says whether this caller won: two schedulers, agents or users can never both move one action
-(STYLE.md §5). The scheduler service (arl-tangram §5) drives ``action_mark_scheduled`` →
-``action_mark_running`` → ``action_finish``; users and the scheduler may ``action_cancel``; the
-scheduler may ``action_requeue`` on eviction or agent loss.
+The other transitions (schedule, start, finish, requeue) are the scheduler's, written by its
+store (``scheduler_store.DjangoActionStore``). Every one, cancel included, is a conditional
+UPDATE whose guard and columns come from ``workers.scheduler.transitions``: the row count says
+whether this caller won, so two writers can never both move one action (STYLE.md §5).
 """
 
 from __future__ import annotations
@@ -16,24 +15,18 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from apps.actions.demand import Demand
 from apps.actions.hot_path import insert_action
-from apps.actions.models import (
-    ACTIVE_STATUSES,
-    ALLOCATED_STATUSES,
-    Action,
-    ActionStatus,
-)
+from apps.actions.models import Action, ActionStatus
 from apps.actions.notify import publish_action_ended
 from apps.actions.pool_events import announce_cancelled, announce_submitted
 from apps.jobs.models import Job
+from workers.scheduler.transitions import CANCEL
 
 # Called with each new action after its INSERT, before its scheduler can hear of it.
 BeforeAnnounce = Callable[[Action], object]
-FINISH_STATUSES = (ActionStatus.SUCCEEDED, ActionStatus.FAILED, ActionStatus.TIMED_OUT)
 IN_CLAUSE_CHUNK = 500
 
 
@@ -57,15 +50,6 @@ class ActionSpec:
 class Submitted:
     action: Action
     created: bool
-
-
-@dataclass(frozen=True)
-class Placement:
-    """A scheduler decision: which action runs where with what."""
-
-    action_id: int
-    allocation: dict[str, Any]
-    node_id: int | None = None
 
 
 def _build(*, job: Job, spec: ActionSpec, now: datetime) -> Action:
@@ -194,91 +178,20 @@ def action_submit(
     return _submit_one(job=job, spec=spec, before_announce=before_announce, durable=durable)
 
 
-def action_mark_scheduled(
-    *,
-    action_id: int,
-    allocation: dict[str, Any],
-    node_id: int | None = None,
-    now: datetime | None = None,
-) -> bool:
-    """queued → scheduled with its allocation; False if the action was not queued."""
-    changed = Action.objects.filter(pk=action_id, status=ActionStatus.QUEUED).update(
-        status=ActionStatus.SCHEDULED,
-        allocation=allocation,
-        node_id=node_id,
-        scheduled_at=now or timezone.now(),
-    )
-    return changed == 1
-
-
-def action_mark_scheduled_many(
-    *, placements: Sequence[Placement], now: datetime | None = None
-) -> list[int]:
-    """Apply a scheduling round in one transaction; returns the ids that moved to scheduled."""
-    moment = now or timezone.now()
-    with transaction.atomic():
-        return [
-            placement.action_id
-            for placement in placements
-            if action_mark_scheduled(
-                action_id=placement.action_id,
-                allocation=placement.allocation,
-                node_id=placement.node_id,
-                now=moment,
-            )
-        ]
-
-
-def action_mark_running(*, action_id: int, now: datetime | None = None) -> bool:
-    """scheduled → running (one more attempt); exactly one of two concurrent callers wins."""
-    changed = Action.objects.filter(pk=action_id, status=ActionStatus.SCHEDULED).update(
-        status=ActionStatus.RUNNING,
-        started_at=now or timezone.now(),
-        attempts=F("attempts") + 1,
-    )
-    return changed == 1
-
-
 def _on_commit_publish(action_ids: list[int]) -> None:
     if action_ids:
         transaction.on_commit(functools.partial(publish_action_ended, action_ids))
-
-
-def action_finish(
-    *,
-    action_id: int,
-    status: ActionStatus,
-    exit_code: int | None = None,
-    output: str = "",
-    score: float | None = None,
-    error_reason: str = "",
-    now: datetime | None = None,
-) -> bool:
-    """scheduled/running → succeeded, failed or timed_out with its result; wakes waiters."""
-    if status not in FINISH_STATUSES:
-        raise ValueError(f"action_finish ends an action as one of {FINISH_STATUSES}, not {status}")
-    changed = Action.objects.filter(pk=action_id, status__in=ALLOCATED_STATUSES).update(
-        status=status,
-        finished_at=now or timezone.now(),
-        exit_code=exit_code,
-        output=output,
-        score=score,
-        error_reason=error_reason,
-    )
-    if changed == 1:
-        _on_commit_publish([action_id])
-    return changed == 1
 
 
 def action_cancel(
     *, action_id: int, reason: str = "cancelled by the user", now: datetime | None = None
 ) -> bool:
     """queued/scheduled/running → cancelled; False if it had already ended."""
-    active = Action.objects.filter(pk=action_id, status__in=ACTIVE_STATUSES)
+    active = Action.objects.filter(pk=action_id, status__in=CANCEL.sources)
     with transaction.atomic():
         pool_id = active.values_list("pool_id", flat=True).first()
         changed = active.update(
-            status=ActionStatus.CANCELLED, finished_at=now or timezone.now(), error_reason=reason
+            **CANCEL.columns(finished_at=now or timezone.now(), error_reason=reason)
         )
         if changed == 1:
             _on_commit_publish([action_id])
@@ -298,26 +211,13 @@ def action_cancel_many(
             chunk = ids[start : start + IN_CLAUSE_CHUNK]
             active = list(
                 Action.objects.select_for_update()
-                .filter(pk__in=chunk, status__in=ACTIVE_STATUSES)
+                .filter(pk__in=chunk, status__in=CANCEL.sources)
                 .values_list("pk", "pool_id")
             )
             Action.objects.filter(
-                pk__in=[pk for pk, _ in active], status__in=ACTIVE_STATUSES
-            ).update(status=ActionStatus.CANCELLED, finished_at=moment, error_reason=reason)
+                pk__in=[pk for pk, _ in active], status__in=CANCEL.sources
+            ).update(**CANCEL.columns(finished_at=moment, error_reason=reason))
             cancelled.extend(active)
         _on_commit_publish([pk for pk, _ in cancelled])
         announce_cancelled(cancelled)
     return [pk for pk, _ in cancelled]
-
-
-def action_requeue(*, action_id: int, reason: str = "") -> bool:
-    """scheduled/running → queued, dropping the allocation (eviction, lost agent)."""
-    changed = Action.objects.filter(pk=action_id, status__in=ALLOCATED_STATUSES).update(
-        status=ActionStatus.QUEUED,
-        allocation=None,
-        node_id=None,
-        scheduled_at=None,
-        started_at=None,
-        error_reason=reason,
-    )
-    return changed == 1

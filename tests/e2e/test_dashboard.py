@@ -49,16 +49,16 @@ def _submit(live: str, key: str, count: int) -> list[int]:
 
 def _run_to_completion(action_ids: list[int], node_id: int) -> None:
     """Play the execution plane for these actions: schedule, start, finish."""
-    from apps.actions.models import ActionStatus
-    from apps.actions.services import action_finish, action_mark_running, action_mark_scheduled
+    from apps.resources.models import Node
+    from tests.apps.helpers import finish, schedule, start
 
+    node = Node.objects.get(pk=node_id).name
     for index, action_id in enumerate(action_ids):
         core = index % 4
-        assert action_mark_scheduled(
-            action_id=action_id, allocation={"cores": [core], "units": 1}, node_id=node_id
-        )
-        assert action_mark_running(action_id=action_id)
-        assert action_finish(action_id=action_id, status=ActionStatus.SUCCEEDED, exit_code=0)
+        started = time.time()
+        assert schedule(action_id, allocation={"cores": [core], "units": 1}, node=node)
+        start(action_id, at=started)
+        finish(action_id, exit_code=0, started_at=started)  # the result carries its start
 
 
 def _stat(page: Any, pool: str, stat: str) -> str:
@@ -208,12 +208,10 @@ def test_every_page_renders_live_in_both_themes(page: Any, live: str) -> None:
     make_user("ada", "admin")
     ids = _submit(live, cluster["key"], 6)
     _run_to_completion(ids[:2], cluster["node"].pk)
-    from apps.actions.services import action_mark_running, action_mark_scheduled
+    from tests.apps.helpers import schedule, start
 
-    action_mark_scheduled(
-        action_id=ids[2], allocation={"cores": [0, 1], "units": 2}, node_id=cluster["node"].pk
-    )
-    action_mark_running(action_id=ids[2])
+    schedule(ids[2], allocation={"cores": [0, 1], "units": 2}, node=cluster["node"].name)
+    start(ids[2])
     login(page, "ada")
 
     page.goto("/pools/cpu")

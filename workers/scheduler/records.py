@@ -69,7 +69,9 @@ class RequeueUpdate:
 @dataclass(frozen=True)
 class Applied:
     """What one ``ActionStore.apply`` changed: the actions it moved queued → scheduled (only
-    these may be dispatched: the others were cancelled or ended meanwhile) and those it ended."""
+    these may be dispatched: the others were cancelled or ended meanwhile), and the actions of
+    its finishes, whose ends it published (one that had already ended is published again: its
+    waiters re-read a row that is already final)."""
 
     scheduled: frozenset[int] = frozenset()
     ended: tuple[int, ...] = ()

@@ -3,7 +3,6 @@ and read exactly what the ORM would."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,9 +12,10 @@ from django.http import Http404
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from apps.actions import hot_path, notify, services
+from apps.actions import hot_path, notify
 from apps.actions.apis import ActionOutputSerializer, catch_up
 from apps.actions.models import Action, ActionStatus
+from tests.apps.helpers import finish, schedule, start
 from tests.factories import ActionFactory, JobFactory, NodeFactory, PoolFactory, ToolFactory
 
 pytestmark = pytest.mark.django_db
@@ -117,19 +117,18 @@ def test_refresh_progress_reads_what_changed_with_the_node_by_name() -> None:
     node = NodeFactory.create(name="node-a", pool=pool)
     action = ActionFactory.create(pool=pool)
     stale = Action.objects.get(pk=action.pk)
-    started = timezone.now()
-    assert services.action_mark_scheduled(
-        action_id=action.pk, allocation={"cores": [2, 3], "node": "node-a"}, node_id=node.pk
-    )
-    services.action_mark_running(action_id=action.pk, now=started)
-    services.action_finish(
-        action_id=action.pk,
-        status=ActionStatus.FAILED,
+    started = timezone.now().timestamp()
+    assert schedule(action.pk, allocation={"cores": [2, 3], "node": "node-a"}, node=node.name)
+    start(action.pk, at=started)
+    finish(
+        action.pk,
+        ActionStatus.FAILED,
         exit_code=3,
         output="boom\n",
-        error_reason="exit_code_nonzero",
+        reason="exit_code_nonzero",
         score=0.25,
-        now=started + timedelta(seconds=1),
+        started_at=started,
+        finished_at=started + 1,
     )
     stale.pool = pool  # named from the catalog, as the submit view does
     with CaptureQueriesContext(connection) as queries:

@@ -11,9 +11,8 @@ from django.conf import settings
 from django.db import connection
 
 from apps.actions import notify, services
-from apps.actions.models import ActionStatus
 from controlplane.http_bridge import HANGUP_KEY, Hangup
-from tests.apps.helpers import error_fields, run_to_success
+from tests.apps.helpers import error_fields, finish, run_to_success, schedule
 from tests.factories import ActionFactory
 
 
@@ -155,13 +154,8 @@ def test_await_many_renders_results_as_get_does_in_queries_that_do_not_grow(job_
             for _ in range(count)
         ]
         for action in actions:
-            services.action_mark_scheduled(action_id=action.pk, allocation={"cores": [0]})
-            services.action_finish(
-                action_id=action.pk,
-                status=ActionStatus.SUCCEEDED,
-                exit_code=0,
-                output=f"out {action.pk}",
-            )
+            schedule(action.pk)
+            finish(action.pk, exit_code=0, output=f"out {action.pk}")
         return [a.pk for a in actions]
 
     url = "/api/v1/actions/await/"

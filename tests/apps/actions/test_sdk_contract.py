@@ -11,9 +11,8 @@ from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from loom import Client
 
-from apps.actions import services
-from apps.actions.models import ActionStatus
 from controlplane.wsgi import application
+from tests.apps.helpers import run_to_success
 from tests.factories import ToolFactory
 
 pytestmark = pytest.mark.django_db
@@ -45,11 +44,7 @@ def test_submit_batch_get_cancel_and_results(sdk: Client) -> None:
     assert cancelled.status == "cancelled" and cancelled.done
     assert sdk.result(batch[0].id, timeout=5).status == "cancelled"
 
-    services.action_mark_scheduled(action_id=one.id, allocation={"cores": [0]})
-    services.action_mark_running(action_id=one.id)
-    services.action_finish(
-        action_id=one.id, status=ActionStatus.SUCCEEDED, exit_code=0, output="ok", score=1.0
-    )
+    run_to_success(one.id, output="ok", score=1.0)
     finished = sdk.result(one.id, timeout=5)
     assert (finished.status, finished.exit_code, finished.output) == ("succeeded", 0, "ok")
     ended = list(sdk.as_completed([one.id, batch[0].id], timeout=5))

@@ -1,17 +1,20 @@
-"""State transitions as conditional updates, and the database constraints behind them."""
+"""State transitions as conditional updates (the scheduler's store, the cancel services), and the
+database constraints behind them."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.db import IntegrityError, close_old_connections, connection, transaction
-from django.utils import timezone
 
 from apps.actions import services
 from apps.actions.models import Action, ActionStatus
-from tests.apps.helpers import error_fields
+from apps.actions.scheduler_store import DjangoActionStore
+from tests.apps.helpers import error_fields, finish, schedule, start
 from tests.factories import ActionFactory, NodeFactory
+from workers.scheduler.records import RequeueUpdate, ScheduledUpdate
 
 pytestmark = pytest.mark.django_db
 
@@ -19,49 +22,50 @@ pytestmark = pytest.mark.django_db
 def test_happy_path_queued_to_succeeded():
     action = ActionFactory.create()
     node = NodeFactory.create()
-    assert services.action_mark_scheduled(
-        action_id=action.pk, allocation={"cores": [0, 1]}, node_id=node.pk
-    )
-    assert services.action_mark_running(action_id=action.pk)
-    assert services.action_finish(
-        action_id=action.pk, status=ActionStatus.SUCCEEDED, exit_code=0, output="ok", score=1.0
-    )
+    now = time.time()
+    assert schedule(action.pk, allocation={"cores": [0, 1]}, node=node.name, at=now)
+    start(action.pk, at=now + 1)
+    finish(action.pk, exit_code=0, output="ok", score=1.0, started_at=now + 1, finished_at=now + 2)
     action.refresh_from_db()
     assert action.status == ActionStatus.SUCCEEDED
-    assert action.attempts == 1 and action.node == node
+    assert action.attempts == 1 and action.node == node  # counted when scheduled
     assert action.scheduled_at and action.started_at and action.finished_at
     assert action.submitted_at <= action.scheduled_at <= action.started_at <= action.finished_at
 
 
 def test_transitions_refuse_the_wrong_state():
     action = ActionFactory.create()
-    assert not services.action_mark_running(action_id=action.pk)  # not scheduled yet
-    assert not services.action_finish(action_id=action.pk, status=ActionStatus.FAILED)
+    start(action.pk)  # not scheduled yet
+    action.refresh_from_db()
+    assert action.status == ActionStatus.QUEUED and action.started_at is None
     assert services.action_cancel(action_id=action.pk)
     assert not services.action_cancel(action_id=action.pk)
-    assert not services.action_mark_scheduled(action_id=action.pk, allocation={"cores": [0]})
-    with pytest.raises(ValueError):
-        services.action_finish(action_id=action.pk, status=ActionStatus.CANCELLED)
+    assert not schedule(action.pk)
+    finish(action.pk, ActionStatus.FAILED, reason="late")
+    action.refresh_from_db()
+    assert (action.status, action.error_reason) == ("cancelled", "cancelled by the user")
 
 
 def test_requeue_drops_the_allocation():
     action = ActionFactory.create()
-    services.action_mark_scheduled(action_id=action.pk, allocation={"cores": [3]})
-    assert services.action_requeue(action_id=action.pk, reason="evicted")
+    schedule(action.pk, allocation={"cores": [3]})
+    DjangoActionStore().apply(requeued=[RequeueUpdate(action.pk, "evicted")])
     action.refresh_from_db()
     assert action.status == ActionStatus.QUEUED and action.allocation is None
+    assert (action.error_reason, action.attempts) == ("evicted", 1)
 
 
 def test_bulk_schedule_and_cancel():
     first, second, third = ActionFactory.create(), ActionFactory.create(), ActionFactory.create()
     services.action_cancel(action_id=third.pk)
-    moved = services.action_mark_scheduled_many(
-        placements=[
-            services.Placement(action_id=first.pk, allocation={"cores": [0]}),
-            services.Placement(action_id=third.pk, allocation={"cores": [1]}),
+    now = time.time()
+    moved = DjangoActionStore().apply(
+        scheduled=[
+            ScheduledUpdate(first.pk, 1, "", {"cores": [0]}, now),
+            ScheduledUpdate(third.pk, 1, "", {"cores": [1]}, now),
         ]
     )
-    assert moved == [first.pk]
+    assert moved.scheduled == {first.pk}
     cancelled = services.action_cancel_many(
         action_ids=[first.pk, second.pk, third.pk], reason="job stopped"
     )
@@ -105,16 +109,15 @@ def test_cancel_api(job_actor):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_concurrent_starts_exactly_one_wins(postgres_only):
-    """Two agents race to start one scheduled action on PostgreSQL: exactly one wins."""
+def test_two_concurrent_schedulers_exactly_one_places(postgres_only):
+    """Two schedulers race to place one queued action on PostgreSQL: exactly one wins."""
     for _ in range(20):
         action = ActionFactory.create()
-        services.action_mark_scheduled(action_id=action.pk, allocation={"cores": [0]})
         barrier = threading.Barrier(2)
         outcomes: list[bool] = []
         lock = threading.Lock()
 
-        def start(
+        def place(
             action_id: int = action.pk,
             gate: threading.Barrier = barrier,
             results: list[bool] = outcomes,
@@ -122,21 +125,21 @@ def test_two_concurrent_starts_exactly_one_wins(postgres_only):
         ) -> None:
             try:
                 gate.wait()
-                won = services.action_mark_running(action_id=action_id, now=timezone.now())
+                won = schedule(action_id)
                 with results_lock:
                     results.append(won)
             finally:
                 close_old_connections()
                 connection.close()
 
-        threads = [threading.Thread(target=start) for _ in range(2)]
+        threads = [threading.Thread(target=place) for _ in range(2)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         assert sorted(outcomes) == [False, True]
         action.refresh_from_db()
-        assert action.attempts == 1 and action.status == ActionStatus.RUNNING
+        assert action.attempts == 1 and action.status == ActionStatus.SCHEDULED
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,4 +1,6 @@
-"""An in-memory ``ActionStore`` for scheduler-service tests (same guards as the SQL store)."""
+"""An in-memory ``ActionStore`` for scheduler-service tests: the same transition table as the SQL
+store (``workers.scheduler.transitions``), and the same columns written (``columns``, which the
+store contract suite compares with the SQL store's rows)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,16 @@ from workers.scheduler import (
     RequeueUpdate,
     ScheduledUpdate,
 )
+from workers.scheduler.transitions import (
+    ACTIVE,
+    CANCEL,
+    FINISH,
+    REQUEUE,
+    SCHEDULE,
+    START,
+    Transition,
+)
 from workers.transport import NodeRegister
-
-ACTIVE = ("queued", "scheduled", "running")
 
 
 class MemoryStore:
@@ -27,6 +36,8 @@ class MemoryStore:
         self.policy: tuple[int, dict[str, Any]] | None = None
         self.draining: set[str] = set()
         self.apply_threads: set[int] = set()  # the threads ``apply`` was called on
+        # Every column a transition wrote, per action (times as epoch seconds, nodes by name).
+        self.columns: dict[int, dict[str, Any]] = {}
 
     def pool_kind(self, pool: str) -> str:
         return "cpu"
@@ -55,35 +66,59 @@ class MemoryStore:
         requeued: Sequence[RequeueUpdate] = (),
     ) -> Applied:
         self.apply_threads.add(threading.get_ident())
-        for update in requeued:
-            record = self.records[update.action_id]
-            if record.status in ("scheduled", "running"):
-                self.records[update.action_id] = replace(
-                    record, status="queued", node=None, allocation=None
-                )
+        for requeue in requeued:
+            self._move(requeue.action_id, REQUEUE, error_reason=requeue.reason)
         moved = set()
-        for s in scheduled:
-            record = self.records[s.action_id]
-            if record.status == "queued":
-                moved.add(s.action_id)
-                self.records[s.action_id] = replace(
-                    record, status="scheduled", node=s.node, allocation=s.allocation,
-                    attempts=s.attempt,
-                )  # fmt: skip
+        for schedule in scheduled:
+            if self._move(
+                schedule.action_id,
+                SCHEDULE,
+                allocation=schedule.allocation,
+                node_id=schedule.node,
+                scheduled_at=schedule.scheduled_at,
+                attempts=schedule.attempt,
+            ):
+                moved.add(schedule.action_id)
         ended = []
-        for f in finished:
-            record = self.records[f.action_id]
-            if record.status in ACTIVE:
-                self.records[f.action_id] = replace(record, status=f.status)
-                self.finished[f.action_id] = f
-                ended.append(f.action_id)
+        for finish in finished:
+            columns = {
+                "finished_at": finish.finished_at,
+                "started_at": finish.started_at,
+                "exit_code": finish.exit_code,
+                "output": finish.output,
+                "error_reason": finish.reason,
+            }
+            if self._move(finish.action_id, FINISH, status=finish.status, **columns):
+                self.finished[finish.action_id] = replace(
+                    finish, output=self.columns[finish.action_id]["output"]
+                )
+            ended.append(finish.action_id)  # as the SQL store: every end is published
         return Applied(scheduled=frozenset(moved), ended=tuple(ended))
 
     def mark_running(self, action_ids: Sequence[int], at: float) -> None:
         for action_id in action_ids:
-            record = self.records[action_id]
-            if record.status == "scheduled":
-                self.records[action_id] = replace(record, status="running")
+            self._move(action_id, START, started_at=at)
+
+    def cancel(self, action_id: int, reason: str, at: float) -> bool:
+        """What the API's cancel writes (``apps.actions.services.action_cancel``)."""
+        return self._move(action_id, CANCEL, finished_at=at, error_reason=reason)
+
+    def _move(
+        self, action_id: int, transition: Transition, status: str | None = None, **values: Any
+    ) -> bool:
+        """Apply ``transition`` if its guard admits the action's status; True if it moved."""
+        record = self.records[action_id]
+        if not transition.allows(record.status):
+            return False
+        columns = transition.columns(status, **values)
+        self.columns.setdefault(action_id, {}).update(columns)
+        changes = {"status": columns["status"]}
+        if "allocation" in columns:
+            changes.update(allocation=columns["allocation"], node=columns["node_id"])
+        if transition.counts_attempt:
+            changes["attempts"] = columns["attempts"]
+        self.records[action_id] = replace(record, **changes)
+        return True
 
     def draining_nodes(self, pool: str) -> set[str]:
         return set(self.draining)
