@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import os
 import secrets
 import shutil
 from collections.abc import AsyncIterator
@@ -182,12 +183,14 @@ class Command(BaseCommand):
             name=DEMO_POOL, defaults={"kind": PoolKind.CPU, "description": "this machine"}
         )
         if not Policy.objects.filter(pool=pool, kind=PolicyKind.ACTION_SCHEDULER).exists():
+            max_dop = min(32, len(os.sched_getaffinity(0)))
             policy_create(
                 name=f"{DEMO_POOL}-scheduler",
                 kind=PolicyKind.ACTION_SCHEDULER,
                 pool=pool,
                 author=admin,
-                settings={"algorithm": "elastic", "depth": 2, "min_dop": 1, "max_dop": 32},
+                # No more units than this machine's agent registers (the policy check's bound).
+                settings={"algorithm": "elastic", "depth": 2, "min_dop": 1, "max_dop": max_dop},
                 comment="created by make demo",
             )
         ensure_demo_tools(pool)
