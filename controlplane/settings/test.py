@@ -27,3 +27,11 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
     # fail at once with "database table is locked".
     # In var/ (per checkout), so --reuse-db reuses it; pytest-django suffixes it per xdist worker.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-loom.sqlite3")}  # noqa: F405
+
+if "pool" in DATABASES["default"].get("OPTIONS", {}):  # noqa: F405
+    # pytest-asyncio gives every test an event loop of its own, and the threads of its default
+    # executor end with it still holding their thread's pooled connection (Django returns one
+    # only when its thread closes it). The socket goes with the thread, but the pool keeps
+    # counting the connection as lent, so across a thousand tests a cap sized for one long-lived
+    # process runs out. Processes outside tests keep their threads for their lifetime.
+    DATABASES["default"]["OPTIONS"]["pool"]["max_size"] = 1024  # noqa: F405
