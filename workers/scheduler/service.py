@@ -34,7 +34,6 @@ from workers.algorithms.tangram import (
     ElasticScheduler,
     Topology,
 )
-from workers.algorithms.tangram.policy import SCHEDULER_FIELDS
 from workers.scheduler.policy import policy_apply
 from workers.scheduler.records import ActionRecord, FinishUpdate, RequeueUpdate, ScheduledUpdate
 from workers.scheduler.specs import action_spec, allocation_json, dispatch_for, spec_id
@@ -56,7 +55,6 @@ from workers.transport import (
 
 log = logging.getLogger("loom.scheduler")
 
-POLICY_FIELDS = SCHEDULER_FIELDS
 RETRYABLE_REASONS = frozenset({"agent_lost"})
 
 
@@ -85,7 +83,6 @@ class _Active:
     deadline: float | None = None
     cancel_requested: bool = False
     seen_running: bool = False
-    silent_node: bool = False  # its node stopped heartbeating while it ran there
 
 
 @dataclass
@@ -547,14 +544,13 @@ class SchedulerService:
                 topology = self.scheduler.topology
                 assert isinstance(topology, CpuTopology)
                 topology.set_node_available(node, False)
-            for active in [a for a in self.active.values() if a.node == node]:
-                if active.record.idempotent:
-                    self._lose(active, batch, now, f"node {node} stopped heartbeating")
-                else:
-                    # Silence is no proof that the attempt stopped: a node cut off from Redis
-                    # still runs it. A non-idempotent action runs at most once, so it waits for
-                    # its node's answer (or a reclaiming agent's agent_lost) until its deadline.
-                    active.silent_node = True
+            # Only idempotent actions move on: silence is no proof that an attempt stopped (a node
+            # cut off from Redis still runs it), so a non-idempotent one, which runs at most
+            # once, waits for its node's answer (or a reclaiming agent's agent_lost) until its
+            # deadline (_check_deadlines).
+            retried = [a for a in self.active.values() if a.node == node and a.record.idempotent]
+            for active in retried:
+                self._lose(active, batch, now, f"node {node} stopped heartbeating")
         if lost:
             self._offline.extend(lost)
 
@@ -567,7 +563,7 @@ class SchedulerService:
             self.scheduler.complete(key, now)
             del self.active[key]
             batch.cancels.append((active.node, Cancel(action_id=key, attempt=active.attempt)))
-            if active.silent_node and active.node not in self.last_seen:
+            if active.node not in self.last_seen:  # its node fell silent and is still gone
                 status, reason = (
                     "failed",
                     (
