@@ -32,7 +32,16 @@ from workers.scheduler.records import (
     RequeueUpdate,
     ScheduledUpdate,
 )
-from workers.scheduler.transitions import FINISH, REQUEUE, SCHEDULE, START, Transition, cap_output
+from workers.scheduler.transitions import (
+    FINISH,
+    QUEUED,
+    REQUEUE,
+    SCHEDULE,
+    SCHEDULED,
+    START,
+    Transition,
+    cap_output,
+)
 from workers.transport import NodeRegister
 
 CHUNK = 500
@@ -117,8 +126,6 @@ def new_action_record(action: Action, tool: Tool | None, pool_kind: str) -> Acti
 
 
 TABLE = Action._meta.db_table
-SCHEDULED = SCHEDULE.targets[0]
-QUEUED = REQUEUE.targets[0]
 
 
 def _guard(transition: Transition, column: str = "status") -> str:
@@ -147,6 +154,30 @@ _FINISH_ROW_AS_A = f"UPDATE {TABLE} AS a {_row_form(FINISH)}"  # PostgreSQL: RET
 PROGRESS_IN_NOTICE_UP_TO = 32
 PROGRESS_IN_NOTICE_CHARS = 64 * 1024
 
+# Set-based forms (PostgreSQL, a batch of more than one), built once here like the row forms.
+_REQUEUE_SET = (
+    f"UPDATE {TABLE} AS a SET status = %s, allocation = NULL, node_id = NULL, "
+    "scheduled_at = NULL, started_at = NULL, error_reason = v.reason "
+    "FROM unnest(%s::bigint[], %s::text[]) AS v(id, reason) "
+    f"WHERE a.id = v.id AND {_guard(REQUEUE, 'a.status')}"
+)
+_SCHEDULE_SET = (
+    f"UPDATE {TABLE} AS a SET status = %s, allocation = v.allocation::jsonb, "
+    "node_id = v.node_id, scheduled_at = v.scheduled_at, attempts = v.attempts "
+    "FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::timestamptz[], %s::int[]) "
+    "AS v(id, allocation, node_id, scheduled_at, attempts) "
+    f"WHERE a.id = v.id AND {_guard(SCHEDULE, 'a.status')} RETURNING a.id"
+)
+_FINISH_SET = (
+    f"UPDATE {TABLE} AS a SET status = v.status, finished_at = v.finished_at, "
+    "started_at = v.started_at, exit_code = v.exit_code, output = v.output, "
+    "error_reason = v.reason "
+    "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], "
+    "%s::int[], %s::text[], %s::text[]) "
+    "AS v(id, status, finished_at, started_at, exit_code, output, reason) "
+    f"WHERE a.id = v.id AND {_guard(FINISH, 'a.status')}"
+)
+
 
 class _SetBasedWriter:
     """PostgreSQL: one ``UPDATE … FROM unnest(arrays)`` per kind of change, whatever the batch
@@ -161,13 +192,7 @@ class _SetBasedWriter:
 
     def requeue(self, rows: list[tuple[int, str]]) -> None:
         ids, reasons = _columns(rows, 2)
-        self.cursor.execute(
-            f"UPDATE {TABLE} AS a SET status = %s, allocation = NULL, node_id = NULL, "
-            "scheduled_at = NULL, started_at = NULL, error_reason = v.reason "
-            "FROM unnest(%s::bigint[], %s::text[]) AS v(id, reason) "
-            f"WHERE a.id = v.id AND {_guard(REQUEUE, 'a.status')}",
-            [QUEUED, ids, reasons, *REQUEUE.sources],
-        )
+        self.cursor.execute(_REQUEUE_SET, [QUEUED, ids, reasons, *REQUEUE.sources])
 
     def schedule(self, rows: list[tuple[int, str, int | None, Any, int]]) -> set[int]:
         if len(rows) == 1:
@@ -179,11 +204,7 @@ class _SetBasedWriter:
             return {row[0] for row in self.cursor.fetchall()}
         ids, allocations, nodes, moments, attempts = _columns(rows, 5)
         self.cursor.execute(
-            f"UPDATE {TABLE} AS a SET status = %s, allocation = v.allocation::jsonb, "
-            "node_id = v.node_id, scheduled_at = v.scheduled_at, attempts = v.attempts "
-            "FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::timestamptz[], %s::int[]) "
-            "AS v(id, allocation, node_id, scheduled_at, attempts) "
-            f"WHERE a.id = v.id AND {_guard(SCHEDULE, 'a.status')} RETURNING a.id",
+            _SCHEDULE_SET,
             [SCHEDULED, ids, allocations, nodes, moments, attempts, *SCHEDULE.sources],
         )
         return {row[0] for row in self.cursor.fetchall()}
@@ -198,13 +219,7 @@ class _SetBasedWriter:
         else:
             ids, statuses, finished, started, codes, outputs, reasons = _columns(rows, 7)
             self.cursor.execute(
-                f"UPDATE {TABLE} AS a SET status = v.status, finished_at = v.finished_at, "
-                "started_at = v.started_at, exit_code = v.exit_code, output = v.output, "
-                "error_reason = v.reason "
-                "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], "
-                "%s::int[], %s::text[], %s::text[]) "
-                "AS v(id, status, finished_at, started_at, exit_code, output, reason) "
-                f"WHERE a.id = v.id AND {_guard(FINISH, 'a.status')}{tail}",
+                _FINISH_SET + tail,
                 [ids, statuses, finished, started, codes, outputs, reasons, *FINISH.sources],
             )
         return self.cursor.fetchall() if returning else []

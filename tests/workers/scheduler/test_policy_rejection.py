@@ -22,14 +22,10 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture
 async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
-    running = Harness(tmp_path, MemoryStore())
-    running.store.policy = (1, {"algorithm": "elastic", "max_dop": 2})
-    await running.start_service()
-    await running.agent.start()
-    try:
+    harness = Harness(tmp_path, MemoryStore())
+    harness.store.policy = (1, {"algorithm": "elastic", "max_dop": 2})
+    async with harness.running() as running:
         yield running
-    finally:
-        await running.close()
 
 
 async def _until(check: Any, timeout_s: float = 10.0) -> None:

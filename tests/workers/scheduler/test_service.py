@@ -77,6 +77,16 @@ class Harness:
         await asyncio.wait_for(self.service.started.wait(), 10)
         return self.service
 
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Harness]:
+        """The service and the agent started, then stopped on the way out (a fixture's body)."""
+        await self.start_service()
+        await self.agent.start()
+        try:
+            yield self
+        finally:
+            await self.close()
+
     async def close(self) -> None:
         """Stop the service and the agent (a fixture's teardown)."""
         self.stop.set()
@@ -106,13 +116,8 @@ class Harness:
 @pytest.fixture(params=[False, True], ids=["store-thread", "store-inline"])
 async def harness(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     """Both ways to call the store: a thread of its own, the loop's thread (run_scheduler)."""
-    running = Harness(tmp_path, MemoryStore(), store_inline=request.param)
-    await running.start_service()
-    await running.agent.start()
-    try:
+    async with Harness(tmp_path, MemoryStore(), store_inline=request.param).running() as running:
         yield running
-    finally:
-        await running.close()
 
 
 async def test_the_store_is_called_where_the_config_says(harness: Harness) -> None:
