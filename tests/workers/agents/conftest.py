@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import pytest
 
 from workers.agents.common import procs
+from workers.agents.cpu.sandbox import Sandbox, SandboxUnavailable
 from workers.testing.dockerd import DockerDaemon, DockerUnavailable, build_busybox_image
 from workers.transport import (
     SCHEDULER_GROUP,
@@ -156,6 +157,22 @@ async def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(interval_s)
+
+
+def skip_unless_bwrap_runs(what: str) -> None:
+    """Skip ``what`` (printing the reason) where bubblewrap cannot run at all."""
+    try:
+        sandbox = Sandbox()
+        sandbox.self_test()
+        sandbox.close()
+    except SandboxUnavailable as exc:
+        print(f"{what} skipped: {exc}")
+        pytest.skip(f"bubblewrap cannot run here: {exc}")
+
+
+def unique_node_id(request: pytest.FixtureRequest, prefix: str) -> str:
+    """A node id of this test and process: its action markers are the test's alone."""
+    return f"{prefix}-{request.node.name[:20]}-{os.getpid()}"
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,12 @@ from typing import Any
 
 import pytest
 
-from tests.workers.agents.conftest import cpu_dispatch, leftover_processes, wait_until
+from tests.workers.agents.conftest import (
+    cpu_dispatch,
+    leftover_processes,
+    unique_node_id,
+    wait_until,
+)
 from workers.agents.cpu.cgroups import CgroupV1Driver, CgroupV2Driver
 from workers.agents.cpu.local import LocalBackend
 from workers.agents.cpu.sandbox import WORKDIR
@@ -35,7 +40,7 @@ def _v1_driver_or_skip(node: str) -> CgroupV1Driver:
 
 @pytest.fixture
 def node_id(request: pytest.FixtureRequest) -> str:
-    return f"test-{request.node.name[:20]}-{os.getpid()}"
+    return unique_node_id(request, "test")
 
 
 @pytest.fixture

@@ -22,7 +22,13 @@ from typing import Any
 
 import pytest
 
-from tests.workers.agents.conftest import cpu_dispatch, leftover_processes, wait_until
+from tests.workers.agents.conftest import (
+    cpu_dispatch,
+    leftover_processes,
+    skip_unless_bwrap_runs,
+    unique_node_id,
+    wait_until,
+)
 from workers.agents.common import procs
 from workers.agents.cpu.__main__ import build_backend, build_parser
 from workers.agents.cpu.cgroups import detect_cgroup_driver
@@ -52,18 +58,12 @@ while True:
 
 @pytest.fixture(scope="module", autouse=True)
 def _bwrap_runs() -> None:
-    try:
-        sandbox = Sandbox()
-        sandbox.self_test()
-        sandbox.close()
-    except SandboxUnavailable as exc:
-        print(f"local sandbox tests skipped: {exc}")
-        pytest.skip(f"bubblewrap cannot run here: {exc}")
+    skip_unless_bwrap_runs("local sandbox tests")
 
 
 @pytest.fixture
 def node_id(request: pytest.FixtureRequest) -> str:
-    return f"sbx-{request.node.name[:20]}-{os.getpid()}"
+    return unique_node_id(request, "sbx")
 
 
 @pytest.fixture

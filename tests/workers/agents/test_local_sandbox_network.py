@@ -25,7 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.workers.agents.conftest import cpu_dispatch, leftover_processes, wait_until
+from tests.workers.agents.conftest import (
+    cpu_dispatch,
+    leftover_processes,
+    skip_unless_bwrap_runs,
+    unique_node_id,
+    wait_until,
+)
 from workers.agents.common import procs
 from workers.agents.cpu.backend import safe_name
 from workers.agents.cpu.local import LocalBackend
@@ -33,7 +39,6 @@ from workers.agents.cpu.sandbox import (
     DEFAULT_PATH,
     HOST_NETWORK_VARIABLE,
     Sandbox,
-    SandboxUnavailable,
 )
 from workers.agents.cpu.sandbox_network import NETWORK_DEVICE, NETWORK_DNS
 
@@ -50,18 +55,12 @@ for host in sys.argv[1:-1]:
 
 @pytest.fixture(scope="module", autouse=True)
 def _bwrap_runs() -> None:
-    try:
-        sandbox = Sandbox()
-        sandbox.self_test()
-        sandbox.close()
-    except SandboxUnavailable as exc:
-        print(f"local sandbox network tests skipped: {exc}")
-        pytest.skip(f"bubblewrap cannot run here: {exc}")
+    skip_unless_bwrap_runs("local sandbox network tests")
 
 
 @pytest.fixture
 def node_id(request: pytest.FixtureRequest) -> str:
-    return f"net-{request.node.name[:20]}-{os.getpid()}"
+    return unique_node_id(request, "net")
 
 
 @pytest.fixture

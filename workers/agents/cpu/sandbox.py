@@ -250,6 +250,8 @@ class Sandbox:
         elif slirp4netns is None:
             logger.warning("actions of network-enabled tools will fail: %s", NETWORK_HINT)
         self._etc = self._etc_directory()
+        # The same for every action: built once, not on each action's spawn path.
+        self._filesystem = {resolver: self._filesystem_args(resolver) for resolver in (False, True)}
 
     @property
     def mode(self) -> str:
@@ -304,6 +306,34 @@ class Sandbox:
             shutil.rmtree(staging, ignore_errors=True)
         return etc
 
+    def _filesystem_args(self, resolver: bool) -> list[str]:
+        """bwrap's mounts of the host's system directories, the generated ``/etc`` (with
+        slirp4netns's ``resolv.conf`` when ``resolver``), private ``/tmp`` and the runtimes."""
+        args = ["--ro-bind", "/usr", "/usr"]
+        for directory in _SYSTEM_DIRS:
+            if os.path.islink(directory):
+                args += ["--symlink", os.readlink(directory), directory]
+            elif os.path.isdir(directory):
+                args += ["--ro-bind", directory, directory]
+        args += ["--dir", "/etc"]
+        generated = ["passwd", "group"] + (["resolv.conf"] if resolver else [])
+        for entry in _ETC_ENTRIES:
+            if entry not in generated:
+                args += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
+        for name in generated:
+            args += ["--ro-bind", str(self._etc / name), f"/etc/{name}"]
+        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
+        args += ["--perms", "1777", "--tmpfs", "/tmp"]  # bwrap's defaults: root's, mode 0755
+        args += ["--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
+        made: set[Path] = set()
+        for path in self.ro_binds:
+            for parent in reversed(path.parents[:-1]):  # bwrap would make them 0700
+                if parent not in made:
+                    made.add(parent)
+                    args += ["--perms", "0755", "--dir", str(parent)]
+            args += ["--ro-bind", str(path), str(path)]
+        return args
+
     def user_network(self) -> UserNetwork | None:
         """The network of one network-on action: its own, through slirp4netns; ``None`` where
         the operator chose the host's (``host_network``). Raises where neither is possible."""
@@ -348,29 +378,7 @@ class Sandbox:
         if not self.root:
             args += ["--unshare-user", "--disable-userns"]
             args += ["--uid", str(os.geteuid()), "--gid", str(os.getegid())]
-        args += ["--ro-bind", "/usr", "/usr"]
-        for directory in _SYSTEM_DIRS:
-            if os.path.islink(directory):
-                args += ["--symlink", os.readlink(directory), directory]
-            elif os.path.isdir(directory):
-                args += ["--ro-bind", directory, directory]
-        args += ["--dir", "/etc"]
-        generated = ["passwd", "group"] + (["resolv.conf"] if user_network else [])
-        for entry in _ETC_ENTRIES:
-            if entry not in generated:
-                args += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
-        for name in generated:
-            args += ["--ro-bind", str(self._etc / name), f"/etc/{name}"]
-        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
-        args += ["--perms", "1777", "--tmpfs", "/tmp"]  # bwrap's defaults: root's, mode 0755
-        args += ["--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
-        made: set[Path] = set()
-        for path in self.ro_binds:
-            for parent in reversed(path.parents[:-1]):  # bwrap would make them 0700
-                if parent not in made:
-                    made.add(parent)
-                    args += ["--perms", "0755", "--dir", str(parent)]
-            args += ["--ro-bind", str(path), str(path)]
+        args += self._filesystem[user_network is not None]
         args += ["--bind", str(workdir), WORKDIR, "--chdir", WORKDIR, "--"]
         if self.user is not None:
             assert self.setpriv is not None and self.prlimit is not None
