@@ -29,6 +29,7 @@ from typing import IO, Any, Literal
 
 from django.conf import settings
 
+from controlplane.api.errors import error_body
 from controlplane.api.limits import too_large
 from workers.threads import OwnThreads
 
@@ -173,7 +174,7 @@ class WsgiBridge:
 
 async def _send_error(send: Send, status: int, field: str, reason: str) -> None:
     """An answer in the API's error shape, sent without Django (nothing of the request ran)."""
-    content = json.dumps({"errors": [{"field": field, "reason": reason}]}).encode()
+    content = json.dumps(error_body(field=field, reason=reason)).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(content)).encode()),

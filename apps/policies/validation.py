@@ -19,14 +19,14 @@ from django.db.models import Max, Min
 
 from apps.policies.models import PolicyKind
 from apps.resources.models import PoolKind, ResourcePool
-from workers.algorithms.tangram.policy import Problem, policy_check
+from workers.algorithms.tangram.policy import Problem, policy_check, policy_problems_text
 
 
 class PolicyInvalid(ValueError):
     """Settings that break a rule; ``errors`` in Loom's shape ``[{"field", "reason"}]``."""
 
     def __init__(self, errors: list[Problem]) -> None:
-        super().__init__("; ".join(f"{e['field']}: {e['reason']}" for e in errors))
+        super().__init__(policy_problems_text(errors))
         self.errors = errors
 
 

@@ -142,7 +142,7 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
         _set_rollback()
         reason = f"{service} unavailable; retry shortly"
         return Response(
-            {"errors": [{"field": "server", "reason": reason}]},
+            error_body(field="server", reason=reason),
             status=status.HTTP_503_SERVICE_UNAVAILABLE,
             headers={"Retry-After": str(RETRY_AFTER_S)},
         )
@@ -166,7 +166,10 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
             extra={"status_code": 500, "request": getattr(request, "_request", request)},
         )
         _set_rollback()
-        response = Response(server_error_body(), status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+        response = Response(
+            error_body(field="server", reason=SERVER_ERROR_REASON),
+            status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+        )
         # Logged with its traceback above; Django would log it again, without.
         setattr(response, "_has_been_logged", True)  # noqa: B010
         return response
@@ -190,12 +193,13 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
     return Response({"errors": errors}, status=exc.status_code, headers=headers)
 
 
-def server_error_body() -> dict[str, list[dict[str, str]]]:
-    return {"errors": [{"field": "server", "reason": SERVER_ERROR_REASON}]}
+def error_body(*, field: str, reason: str) -> dict[str, list[dict[str, str]]]:
+    """The error shape with one error; views, middleware and the HTTP bridge all build it here."""
+    return {"errors": [{"field": field, "reason": reason}]}
 
 
 def error_response(*, field: str, reason: str, status_code: int) -> JsonResponse:
-    return JsonResponse({"errors": [{"field": field, "reason": reason}]}, status=status_code)
+    return JsonResponse(error_body(field=field, reason=reason), status=status_code)
 
 
 def bad_request_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
@@ -220,4 +224,4 @@ def not_found_view(request: HttpRequest, exception: Exception | None = None) -> 
 
 
 def server_error_view(request: HttpRequest) -> HttpResponse:
-    return JsonResponse(server_error_body(), status=500)
+    return error_response(field="server", reason=SERVER_ERROR_REASON, status_code=500)

@@ -29,7 +29,7 @@ from workers.algorithms.tangram import (
 )
 from workers.algorithms.tangram.policy import SCHEDULER_FIELDS, policy_check
 
-from .test_scheduler import _check
+from .test_scheduler import _check, _reward
 
 KINDS = ("cpu", "gpu", "basic")
 CHUNKS = (1, 2, 4, 8)
@@ -186,19 +186,8 @@ def test_min_dop_above_the_demand_minimum_no_longer_breaks_the_pass() -> None:
     ≥ ``min_dop``, so a full node left a prefix that "cannot be arranged"."""
     pool = CpuTopology([CpuNodeSpec.uniform("n0", 8, 1, memory_mb=1 << 20)])
     scheduler = ElasticScheduler(pool, min_dop=4)
-    elasticity = Elasticity.amdahl(0.95, 32)
     for i in range(8):
-        scheduler.submit(
-            ActionSpec(
-                f"r{i}",
-                {"cpu": ResourceDemand.between(1, 32)},
-                tool="pytest",
-                key_resource="cpu",
-                elasticity=elasticity,
-                t1=60.0,
-            ),
-            0.0,
-        )
+        scheduler.submit(_reward(f"r{i}", 60.0), 0.0)
     started = scheduler.schedule(0.0)
     assert started and all(a.dop >= 4 for a in started)
     assert sum(a.dop for a in started) <= 8
@@ -216,16 +205,6 @@ def test_min_dop_is_lowered_to_the_smallest_node() -> None:
     """A trajectory pinned to a 2-core node still starts under min_dop 6."""
     nodes = [CpuNodeSpec.uniform("small", 2, 1, 1 << 20), CpuNodeSpec.uniform("big", 8, 1, 1 << 20)]
     scheduler = ElasticScheduler(CpuTopology(nodes), min_dop=6)
-    elastic = Elasticity.amdahl(0.95, 8)
     for i in range(3):
-        spec = ActionSpec(
-            f"r{i}",
-            {"cpu": ResourceDemand.between(1, 8)},
-            tool="pytest",
-            key_resource="cpu",
-            elasticity=elastic,
-            t1=10.0,
-            trajectory_id="t",
-        )
-        scheduler.submit(spec, float(i))
+        scheduler.submit(_reward(f"r{i}", 10.0, trajectory="t", max_dop=8), float(i))
     assert len(scheduler.schedule(0.0)) >= 1
