@@ -71,7 +71,6 @@ def dashboard_policy_save(*, user: User, pool: ResourcePool, settings: Any) -> P
 
 def _policy_store(*, pool: ResourcePool, settings: dict[str, Any], author: Any) -> Policy:
     """Create the pool's policy or add a version to it; publish the pool once committed."""
-    clean = settings
     with transaction.atomic():
         policy = pool_policy(pool)
         if policy is None:
@@ -79,14 +78,14 @@ def _policy_store(*, pool: ResourcePool, settings: dict[str, Any], author: Any) 
                 name=f"{pool.name}-scheduler",
                 kind=PolicyKind.ACTION_SCHEDULER,
                 pool=pool,
-                settings=clean,
+                settings=settings,
                 author=author,
                 comment="created from the dashboard",
             )
         else:
             policy = policy_update(
                 policy_id=policy.pk,
-                settings=clean,
+                settings=settings,
                 author=author,
                 comment="changed from the dashboard",
             )

@@ -34,7 +34,6 @@ REASONS = {
     400: "bad request",
     401: "authentication required",
     403: "not allowed (or not visible to this key)",
-    404: "no such URL",
     405: "method not allowed",
     413: "request too large",
 }
