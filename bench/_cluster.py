@@ -36,22 +36,17 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from bench._execution import Children, Unavailable, django_env, run_child, scheduler_argv, wait_for
-
-LOOPBACK = "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        return int(probe.getsockname()[1])
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(0.2)
-        return probe.connect_ex((LOOPBACK, port)) == 0
-
+from bench._execution import (
+    LOOPBACK,
+    Children,
+    Unavailable,
+    django_env,
+    free_port,
+    listening,
+    run_child,
+    scheduler_argv,
+    wait_for,
+)
 
 # --- PostgreSQL --------------------------------------------------------------------------------
 

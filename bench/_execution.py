@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 POSTGRES_DEFAULT = "postgres://postgres@127.0.0.1:5432"
 REDIS_DEFAULT = "redis://127.0.0.1:6379/14"
+LOOPBACK = "127.0.0.1"
 
 
 class Unavailable(RuntimeError):
@@ -175,6 +177,18 @@ def cpu_agent_argv(pool: str, node: str, prefix: str, work_root: Path, cores: st
         "--node-id", node, "--stream-prefix", prefix, "--cores", cores,
         "--work-root", str(work_root), "--heartbeat-interval", "0.5", "--log-level", "WARNING",
     ]  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        return int(probe.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.2)
+        return probe.connect_ex((LOOPBACK, port)) == 0
 
 
 def wait_for(condition: Any, timeout_s: float, what: str, interval_s: float = 0.02) -> None:

@@ -123,6 +123,23 @@ def _warm(cluster: Cluster, api_key: str, trajectory: int, timeout_s: float = 60
         raise RuntimeError(f"the cluster did not run a first action: {exc!r}") from exc
 
 
+def _start(cluster: Cluster, work: Path, *, redis_url: str | None = None) -> None:
+    """Web, scheduler and agent ``node-a`` (reaching Redis through ``redis_url`` if given)."""
+    cluster.start_web()
+    cluster.start_scheduler(POOL)
+    cluster.start_agent(POOL, "node-a", work, redis_url=redis_url)
+
+
+def _steady_load(
+    cluster: Cluster, seeded: dict[str, Any], size: dict[str, Any], trajectories: list[int]
+) -> tuple[Ledger, Submitter]:
+    """Once a first action ran end to end: a submitter of steady batches (not started yet)."""
+    _warm(cluster, seeded["key"], seeded["trajectories"][0])
+    ledger = Ledger()
+    batches = steady_batches(trajectories, size["batch"], size["sleep_s"], {"memory_mb": 1})
+    return ledger, Submitter(cluster.url, seeded["key"], batches, size["interval_s"], ledger)
+
+
 def _since(moment: float | None, origin: float) -> float | None:
     return None if moment is None else moment - origin
 
@@ -131,14 +148,8 @@ def scenario_web_kill(servers: Servers, size: dict[str, Any]) -> dict[str, Any]:
     name = "web_kill"
     work = servers.scratch / name / "work"
     with _cluster(servers, name, 8) as (cluster, seeded):
-        cluster.start_web()
-        cluster.start_scheduler(POOL)
-        cluster.start_agent(POOL, "node-a", work)
-        _warm(cluster, seeded["key"], seeded["trajectories"][0])
-        ledger = Ledger()
-        demand = {"memory_mb": 1}
-        batches = steady_batches(seeded["trajectories"], size["batch"], size["sleep_s"], demand)
-        submitter = Submitter(cluster.url, seeded["key"], batches, size["interval_s"], ledger)
+        _start(cluster, work)
+        ledger, submitter = _steady_load(cluster, seeded, size, seeded["trajectories"])
         kills: list[dict[str, Any]] = []
         with Observer(cluster.database_url, seeded["job"]) as observer:
             submitter.start()
@@ -178,14 +189,8 @@ def _one_server_fault(
     """Steady load; ``fault()``; ``down_s``; ``restore()``; load goes on; then count."""
     work = servers.scratch / name / "work"
     with _cluster(servers, name, 8) as (cluster, seeded):
-        cluster.start_web()
-        cluster.start_scheduler(POOL)
-        cluster.start_agent(POOL, "node-a", work)
-        _warm(cluster, seeded["key"], seeded["trajectories"][0])
-        ledger = Ledger()
-        demand = {"memory_mb": 1}
-        batches = steady_batches(seeded["trajectories"], size["batch"], size["sleep_s"], demand)
-        submitter = Submitter(cluster.url, seeded["key"], batches, size["interval_s"], ledger)
+        _start(cluster, work)
+        ledger, submitter = _steady_load(cluster, seeded, size, seeded["trajectories"])
         with Observer(cluster.database_url, seeded["job"]) as observer:
             submitter.start()
             time.sleep(size["before_s"])
@@ -229,17 +234,9 @@ def scenario_agent_cut(servers: Servers, size: dict[str, Any]) -> dict[str, Any]
         phases_s = size["before_s"] + size["cut_s"] + size["after_s"] + 5
         trajectories = int(size["batch"] * phases_s / size["interval_s"])
         with _cluster(servers, name, trajectories) as (cluster, seeded):
-            cluster.start_web()
-            cluster.start_scheduler(POOL)
-            cluster.start_agent(POOL, "node-a", roots[0], redis_url=proxy.url())
+            _start(cluster, roots[0], redis_url=proxy.url())
             cluster.start_agent(POOL, "node-b", roots[1])
-            _warm(cluster, seeded["key"], seeded["trajectories"][0])
-            ledger = Ledger()
-            demand = {"memory_mb": 1}
-            batches = steady_batches(
-                seeded["trajectories"][1:], size["batch"], size["sleep_s"], demand
-            )
-            submitter = Submitter(cluster.url, seeded["key"], batches, size["interval_s"], ledger)
+            ledger, submitter = _steady_load(cluster, seeded, size, seeded["trajectories"][1:])
             with Observer(cluster.database_url, seeded["job"]) as observer:
                 submitter.start()
                 time.sleep(size["before_s"])
@@ -484,9 +481,7 @@ def run(quick: bool) -> BenchReport:
     try:
         results = measure(quick=quick)
     except Unavailable as exc:
-        report.params["skipped"] = str(exc)
-        report.targets.append(Target.is_true("postgres_and_redis_available", False))
-        return report
+        return report.skip(exc)
     report.series = results
     for name, result in results.items():
         if "skipped" in result:

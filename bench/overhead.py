@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -67,6 +66,8 @@ from bench._execution import (
     Unavailable,
     cpu_agent_argv,
     django_env,
+    free_port,
+    listening,
     percentile,
     redis_prefix,
     redis_url,
@@ -315,7 +316,7 @@ def web_floor(env: dict[str, str], children: Children, url: str, count: int) -> 
     """The per-request floor of the web tier as served (Django's WSGI handler behind the one-hop
     bridge, ``controlplane/http_bridge.py``) and, as its baseline, of Django's own ASGI handler
     under the same uvicorn: why the bridge exists, measured."""
-    port = _free_port()
+    port = free_port()
     children.spawn(
         "web-django-asgi",
         [
@@ -326,7 +327,7 @@ def web_floor(env: dict[str, str], children: Children, url: str, count: int) -> 
         env,
     )  # fmt: skip
     try:
-        wait_for(lambda: _listening(port), 60, "Django's ASGI handler")
+        wait_for(lambda: listening(port), 60, "Django's ASGI handler")
         baseline_url = f"http://127.0.0.1:{port}"
         healthz_latencies(url, 50)
         healthz_latencies(baseline_url, 50)
@@ -362,12 +363,6 @@ async def batch_mode(url: str, key: str, size: int, batches: int) -> dict[str, l
 # --- orchestration --------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _summary(samples: list[float]) -> dict[str, float]:
     return {
         "n": float(len(samples)),
@@ -387,7 +382,7 @@ def measure(sizes: dict[str, Any]) -> dict[str, Any]:
         seeded = run_child("bench.overhead.seed", django_env(database, prefix=prefix))
         env = django_env(database, redis=redis_url(), prefix=prefix)
         children = Children(Path(scratch))
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         try:
             children.spawn(
@@ -403,7 +398,7 @@ def measure(sizes: dict[str, Any]) -> dict[str, Any]:
             children.spawn(
                 "agent", cpu_agent_argv(POOL, NODE, prefix, Path(scratch) / "work", "0"), env
             )
-            wait_for(lambda: _listening(port), 60, "the web server")
+            wait_for(lambda: listening(port), 60, "the web server")
             warm = asyncio.run(single_mode(url, seeded["key"], 1, 1))  # scheduler + agent up
             assert warm, children.log_tail("scheduler")
             results: dict[str, Any] = {
@@ -469,12 +464,6 @@ def measure(sizes: dict[str, Any]) -> dict[str, Any]:
     return results
 
 
-def _listening(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(0.2)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
 def _plot(results: dict[str, Any]) -> None:
     import matplotlib
 
@@ -537,9 +526,7 @@ def run(quick: bool) -> BenchReport:
     try:
         results = measure(sizes)
     except Unavailable as exc:
-        report.params["skipped"] = str(exc)
-        report.targets.append(Target.is_true("postgres_and_redis_available", False))
-        return report
+        return report.skip(exc)
     report.series = results
     celery_p50 = results["celery"]["p50_ms"]
     for size in (100, 1000):

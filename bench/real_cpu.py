@@ -317,9 +317,7 @@ def run(quick: bool) -> BenchReport:
     try:
         results = measure(params)
     except Unavailable as exc:
-        report.params["skipped"] = str(exc)
-        report.targets.append(Target.is_true("postgres_available", False))
-        return report
+        return report.skip(exc, "postgres_available")
     report.params["calibration"] = results.pop("calibration")
     summary = {
         name: {

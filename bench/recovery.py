@@ -172,9 +172,7 @@ def run(quick: bool) -> BenchReport:
     try:
         result = measure(actions, restarts)
     except Unavailable as exc:
-        report.params["skipped"] = str(exc)
-        report.targets.append(Target.is_true("postgres_and_redis_available", False))
-        return report
+        return report.skip(exc)
     worst = max(result["restart_s"])
     report.series = {
         "restart_to_first_dispatch_s": result["restart_s"],

@@ -46,6 +46,12 @@ class BenchReport:
         default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     )
 
+    def skip(self, reason: Exception, needed: str = "postgres_and_redis_available") -> BenchReport:
+        """The benchmark could not run here: say why, and fail the ``needed`` target."""
+        self.params["skipped"] = str(reason)
+        self.targets.append(Target.is_true(needed, False))
+        return self
+
     @property
     def all_met(self) -> bool:
         return all(t.met for t in self.targets)

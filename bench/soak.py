@@ -656,9 +656,7 @@ def run(quick: bool) -> BenchReport:
     try:
         results = measure(shape)
     except Unavailable as exc:
-        report.params["skipped"] = str(exc)
-        report.targets.append(Target.is_true("postgres_and_redis_available", False))
-        return report
+        return report.skip(exc)
     report.series = results
     report.targets.append(Target.at_most("lost_actions", results["lost"], 0))
     for name in results["loom_processes"]:

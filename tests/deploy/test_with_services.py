@@ -10,25 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from bench._execution import free_port, listening
+
 SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "dev" / "with-services.sh"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.mark.slow
 def test_starts_both_where_none_answers_and_stops_them_after() -> None:
     if shutil.which("redis-cli") is None or shutil.which("psql") is None:
         pytest.skip("psql or redis-cli missing: nothing to check the throwaway servers with")
-    pg_port, redis_port = _free_port(), _free_port()
+    pg_port, redis_port = free_port(), free_port()
     inside = (
         f"psql -h 127.0.0.1 -p {pg_port} -U postgres -tAc 'select 41 + 1' && "
         f"redis-cli -p {redis_port} ping && exit 7"
@@ -41,7 +32,7 @@ def test_starts_both_where_none_answers_and_stops_them_after() -> None:
     assert done.stdout.split() == ["42", "PONG"]
     assert "stopped the throwaway PostgreSQL" in done.stderr
     assert "stopped the throwaway Redis" in done.stderr
-    assert not _listening(pg_port) and not _listening(redis_port)
+    assert not listening(pg_port) and not listening(redis_port)
 
 
 def test_uses_what_already_answers(tmp_path: Path) -> None:
