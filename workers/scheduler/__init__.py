@@ -7,6 +7,7 @@ dispatches assignments to node agents over the transport and persists state thro
 pass. It never imports Django itself, so it can be tested and embedded anywhere.
 """
 
+from workers.scheduler.config import ServiceConfig
 from workers.scheduler.records import (
     ActionRecord,
     Applied,
@@ -14,7 +15,7 @@ from workers.scheduler.records import (
     RequeueUpdate,
     ScheduledUpdate,
 )
-from workers.scheduler.service import SchedulerService, ServiceConfig
+from workers.scheduler.service import SchedulerService
 from workers.scheduler.store import ActionStore
 
 __all__ = [

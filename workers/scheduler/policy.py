@@ -1,12 +1,13 @@
 """Applying a stored policy to a live scheduler: all of it, or none of it (arl-tangram §4.2).
 
-The service calls :func:`policy_apply` when the pool's policy moves to a new version. A policy
-it cannot apply is refused with the reason, and the scheduler keeps the one it runs: a single
-bad edit must never stop a pool.
+The service calls :func:`policy_apply` (through :class:`PolicyTracker`) when the pool's policy
+moves to a new version. A policy it cannot apply is refused with the reason, and the scheduler
+keeps the one it runs: a single bad edit must never stop a pool.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from workers.algorithms.tangram import BasicLimit, BasicTopology, ElasticScheduler
@@ -15,6 +16,41 @@ from workers.algorithms.tangram.policy import (
     policy_check,
     policy_problems_text,
 )
+
+log = logging.getLogger("loom.scheduler")
+
+
+class PolicyTracker:
+    """The policy version a pool's scheduler runs, and the last version it refused (with why)."""
+
+    def __init__(self, pool: str) -> None:
+        self.pool = pool
+        self.version: int | None = None
+        # The last version refused: the scheduler keeps running the one before (never a crash),
+        # and the dashboard shows why until a later version applies.
+        self.rejected: dict[str, Any] | None = None
+        self._seen: int | None = None
+
+    def forget(self) -> None:
+        """A rebuilt scheduler runs its defaults until the stored policy is applied again."""
+        self.version = None
+        self._seen = None
+
+    def update(self, scheduler: ElasticScheduler, loaded: tuple[int, Any] | None) -> None:
+        """Apply the stored ``(version, settings)`` if it is a version not seen yet."""
+        if loaded is None or loaded[0] == self._seen:
+            return
+        version, settings = loaded
+        self._seen = version
+        reason = policy_apply(scheduler, settings)
+        if reason is not None:
+            self.rejected = {"version": version, "reason": reason}
+            log.error("pool %s: policy v%s rejected, still running v%s: %s",
+                      self.pool, version, self.version, reason)  # fmt: skip
+            return
+        self.version = version
+        self.rejected = None
+        log.info("pool %s now runs policy v%s: %s", self.pool, version, settings)
 
 
 def policy_apply(scheduler: ElasticScheduler, settings: Any) -> str | None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from workers.algorithms.tangram import ActionSpec, Assignment, Elasticity, ResourceDemand
 from workers.scheduler.records import ActionRecord
-from workers.transport import ApiRequestSpec, Dispatch
+from workers.transport import ActionsSubmitted, ApiRequestSpec, Dispatch
 from workers.transport.messages import ActionKind as DispatchKind
+
+log = logging.getLogger("loom.scheduler")
 
 
 def spec_id(action_id: int) -> str:
@@ -107,3 +110,18 @@ def dispatch_for(record: ActionRecord, *, attempt: int, cores: tuple[int, ...]) 
         dispatched_at=time.time(),
         network=record.network,
     )
+
+
+def carried_records(message: ActionsSubmitted) -> dict[int, ActionRecord]:
+    """The records a submission carries; one that does not parse is loaded from the store."""
+    records = {}
+    for raw in message.records:
+        try:
+            record = ActionRecord(**raw)
+        except TypeError:
+            log.warning(
+                "a submitted record does not parse; loading action %s", raw.get("action_id")
+            )
+            continue
+        records[record.action_id] = record
+    return records

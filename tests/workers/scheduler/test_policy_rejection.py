@@ -48,7 +48,7 @@ def _elastic(action_id: int) -> Any:
 async def test_a_policy_it_cannot_apply_is_rejected_and_reported(harness: Harness) -> None:
     service = harness.service
     assert isinstance(service, SchedulerService) and service.scheduler is not None
-    assert service.policy_version == 1 and service.scheduler.max_dop == 2
+    assert service.policy.version == 1 and service.scheduler.max_dop == 2
     snapshots: list[dict[str, Any]] = []
 
     async def capture(pool: str, snapshot: dict[str, Any]) -> None:
@@ -57,9 +57,9 @@ async def test_a_policy_it_cannot_apply_is_rejected_and_reported(harness: Harnes
     service.publish_snapshot = capture
     # Written past the edges' validation (a direct database write, an older release's row).
     harness.store.policy = (2, {"min_dop": 4, "max_dop": 2, "depth": True})
-    await _until(lambda: service.policy_rejected is not None)
-    assert service.policy_version == 1 and service.scheduler.max_dop == 2
-    rejected = service.policy_rejected
+    await _until(lambda: service.policy.rejected is not None)
+    assert service.policy.version == 1 and service.scheduler.max_dop == 2
+    rejected = service.policy.rejected
     assert rejected is not None and rejected["version"] == 2
     assert "settings.depth" in rejected["reason"] and "settings.max_dop" not in rejected["reason"]
     await _until(lambda: any(s.get("policy_rejected") for s in snapshots))
@@ -70,8 +70,8 @@ async def test_a_policy_it_cannot_apply_is_rejected_and_reported(harness: Harnes
     await harness.wait_status(11, {"succeeded"})
 
     harness.store.policy = (3, {"algorithm": "elastic", "min_dop": 2, "max_dop": 2})
-    await _until(lambda: service.policy_version == 3)
-    assert service.policy_rejected is None and service.scheduler.min_dop == 2
+    await _until(lambda: service.policy.version == 3)
+    assert service.policy.rejected is None and service.scheduler.min_dop == 2
 
 
 async def test_min_dop_above_the_demand_minimum_runs_instead_of_crashing(harness: Harness) -> None:
@@ -80,7 +80,7 @@ async def test_min_dop_above_the_demand_minimum_runs_instead_of_crashing(harness
     service = harness.service
     assert service is not None
     harness.store.policy = (2, {"algorithm": "elastic", "min_dop": 2, "max_dop": 2})
-    await _until(lambda: service.policy_version == 2)
+    await _until(lambda: service.policy.version == 2)
     ids = list(range(21, 27))
     for action_id in ids:
         harness.store.records[action_id] = _elastic(action_id)
@@ -88,7 +88,7 @@ async def test_min_dop_above_the_demand_minimum_runs_instead_of_crashing(harness
     for action_id in ids:
         await harness.wait_status(action_id, {"succeeded"})
         assert harness.store.finished[action_id].status == "succeeded"
-    assert service.pass_failures == 0 and service.recoveries == 0
+    assert service.counters.pass_failures == 0 and service.counters.recoveries == 0
 
 
 async def test_a_pass_that_raises_is_passed_again_and_reported(harness: Harness) -> None:
@@ -106,7 +106,7 @@ async def test_a_pass_that_raises_is_passed_again_and_reported(harness: Harness)
     harness.store.records[31] = _elastic(31)
     await harness.submit(31)
     await harness.wait_status(31, {"succeeded"})
-    assert service.pass_failures >= 1 and service.recoveries == 0
-    assert service.last_pass_error is not None
-    assert "a bug in the elastic pass" in service.last_pass_error["reason"]
+    assert service.counters.pass_failures >= 1 and service.counters.recoveries == 0
+    assert service.counters.last_pass_error is not None
+    assert "a bug in the elastic pass" in service.counters.last_pass_error["reason"]
     assert scheduler.algorithm == "elastic" and scheduler.max_dop == 2  # its policy is back

@@ -140,7 +140,7 @@ async def test_restart_redispatches_without_running_twice(harness: Harness, tmp_
     await harness.crash_service()  # its dispatch is out; its result will wait in the stream
     await asyncio.sleep(0.6)  # the agent finishes attempt 1 meanwhile
     service = await harness.start_service()  # rebuild: re-dispatches attempt 1 on its cores
-    assert service.dispatched == 1
+    assert service.counters.dispatched == 1
     await harness.wait_status(1, {"succeeded"})
     await asyncio.sleep(0.3)  # a second run would have appended by now
     assert runs.read_text().split() == ["ran"]
@@ -192,7 +192,7 @@ async def test_a_failed_batch_is_recovered_by_rebuilding(harness: Harness) -> No
     harness.store.records[4] = _record(4, "echo recovered")
     await harness.submit(4)
     await harness.wait_status(4, {"succeeded"})
-    assert failures and harness.service is not None and harness.service.recoveries == 1
+    assert failures and harness.service is not None and harness.service.counters.recoveries == 1
     assert harness.store.finished[4].output.strip() == "recovered"
 
 
