@@ -1,4 +1,4 @@
-"""Benchmark ``darts_dynamics``: does DARTS selection shorten a real policy under GRPO? (issue 5)
+"""Benchmark ``darts_dynamics``: does DARTS selection shorten a real policy under GRPO?
 
 A tiny causal LM (bench.darts_lab) is warmed up on verbose demonstrations, then trained twice from
 the same weights and seed: standard GRPO group sampling, and DARTS (adaptive budget, variance-based

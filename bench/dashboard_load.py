@@ -1,7 +1,7 @@
 """Dashboard cost under load: 1 000 actions/s flowing, an operator watching three pages.
 
-Issue 7, "Done when": with 1 000 actions per second flowing, the dashboard's server-side cost stays
-under 10% of one core and a browser tab under 64 MB of JS heap.
+Targets: with 1 000 actions per second flowing, the dashboard's server-side cost stays under 10%
+of one core and a browser tab under 64 MB of JS heap.
 
 Setup (one run, everything on this machine's loopback):
 

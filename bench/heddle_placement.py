@@ -70,7 +70,7 @@ def run(quick: bool = False) -> BenchReport:
         params={**params, "max_batch_per_gpu": 128, "cache_tokens_per_gpu": 800_000},
         series=series,
     )
-    # No placement target on the issue: the ratios are reported, not gated (paper: 1.3–1.6×).
+    # No placement target: the ratios are reported, not gated (paper: 1.3–1.6×).
     ratios = {}
     for profile, results in series.items():
         best_other = max(

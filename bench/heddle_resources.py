@@ -53,7 +53,7 @@ def run(quick: bool = False) -> BenchReport:
         params={**params, "max_batch_per_gpu": 48, "mp_degrees": [1, 2, 4, 8]},
         series=series,
     )
-    # No resource-manager target on the issue; the ratio is in the series (paper: 1.2–1.6×).
+    # No resource-manager target; the ratio is in the series (paper: 1.2–1.6×).
     _plot(series)
     return report
 

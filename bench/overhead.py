@@ -1,6 +1,6 @@
 """Control-plane overhead per action: submit → result, minus execution, for no-op actions.
 
-Issue 6, "Benchmarks and targets": p50 and p99, single and batched (SDK), at 1, 100 and 1 000 in
+Measured: p50 and p99, single and batched (SDK), at 1, 100 and 1 000 in
 flight, over Redis; baseline: this machine's Celery ``.delay().get()`` round trip on the same
 Redis, measured in the same run. Targets: batched per-action overhead p50 ≤ the Celery round trip
 p50; a single action through the REST API p50 ≤ 2× the Celery round trip p50 (a ratio, not an
@@ -36,7 +36,7 @@ Modes:
 - ``batch@k``: ``submit_batch()`` of ``k`` actions, then ``as_completed()`` (one long-poll for all).
   Per-action overhead of a batch = (batch wall time − execution) / k, i.e. the amortised cost; the
   latency of each action in the batch (submit start → its result) is reported too. The 100 and
-  1 000 in flight of the issue are measured here.
+  1 000 in flight of the targets are measured here.
 
 Single submissions at 100 and 1 000 in flight, uncoalesced: each waiting long-poll holds one of
 the web tier's ``LOOM_WEB_THREADS`` (64) request threads (not a database connection) until its

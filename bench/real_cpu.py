@@ -1,6 +1,6 @@
 """A real elastic workload on this machine's cores: elastic vs fixed DoP 1 vs static reservation.
 
-Issue 6, "Benchmarks and targets": ``python -m bench real_cpu`` — test suites with
+``python -m bench real_cpu``: test suites with
 ``pytest -n {dop}`` really run, through the real scheduler service (ARL-Tangram, arl-tangram §4
 Alg. 1) and the real local agent (cgroup cpusets, §5.2 allocate-on-execution) of the embedded
 runtime, on PostgreSQL (a throwaway database). Mean ACT (finished − submitted, §2.4) is compared.
@@ -21,8 +21,8 @@ Approaches:
   Each step's ACT is taken from timestamps the script prints: the first step also waits for the
   reservation; later steps are ready when the previous one ended plus the thinking pause.
 
-The simulator (``bench/tangram_cpu.py``) finds elastic ahead of both (static ≈ 3.1×, fixed DoP 4
-≈ 2×, at scale); here the ratios must point the same way: both > 1.
+The simulator (``bench/tangram_cpu.py``) finds elastic ahead of both at scale (its figures are in
+bench/results/); here the ratios must point the same way: both > 1.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from bench.report import BenchReport, Target, plot_path
 POOL = "cpu"
 SHELL_STEP = "python3 -c 'print(sum(i * i for i in range(300_000)))'"
 SUITE_TESTS = 16
-SUITE_ROUNDS = 220  # ≈ 3.5 s on one idle core of this machine
+SUITE_ROUNDS = 220  # a suite of a few seconds on one idle core
 
 
 def _calibrate(scratch: Path, project: dict[str, int], cores: int) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Scheduler recovery: time from a scheduler restart to its first dispatch, 10 000 actions queued.
 
-Issue 6, "Benchmarks and targets": scheduler recovery ≤ 5 s with 10 000 queued actions.
+Target: scheduler recovery ≤ 5 s with 10 000 queued actions.
 
 Setup: a throwaway PostgreSQL database (migrated), one CPU pool whose 64-core node (two NUMA
 nodes) registered through the scheduler store as an agent would, and ``ACTIONS`` actions submitted

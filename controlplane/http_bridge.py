@@ -2,10 +2,10 @@
 
 Django's own ASGI handler runs a sync view through many thread hops: a new thread per request
 (asgiref's ``ThreadSensitiveContext``) and two ``sync_to_async`` calls per ``MiddlewareMixin``
-middleware. On this machine that is ~4 ms per request before the view does anything, while the
-same request through Django's WSGI handler costs ~0.1 ms (``python -m bench overhead``
-records both). Every Loom view is sync, so this bridge reads the request body on the event loop,
-runs Django's WSGI handler in a fixed pool of threads — one hop — and sends the response back.
+middleware: before the view does anything, many times what the same request costs through
+Django's WSGI handler (``python -m bench overhead`` records both). Every Loom view is sync, so
+this bridge reads the request body on the event loop, runs Django's WSGI handler in a fixed pool
+of threads — one hop — and sends the response back.
 Websockets (the dashboard's ``/ws/``) stay on Channels; see ``controlplane/asgi.py``.
 
 The pool is ``LOOM_WEB_THREADS`` threads: that many requests run at once (a long-polling

@@ -1,9 +1,9 @@
 """Output serializers that build their fields once, not on every response.
 
 A DRF serializer builds and binds its fields per instance (``ModelSerializer`` from the model's
-metadata, each time): for the action's ~30 fields that is ~1 ms per response on this machine,
-more than the query behind it. ``to_representation`` only reads its fields, so one bound
-instance per class can represent every object, from any thread.
+metadata, each time): for the action's ~30 fields that costs more per response than the query
+behind it. ``to_representation`` only reads its fields, so one bound instance per class can
+represent every object, from any thread.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 // A bounded time-series buffer in uPlot's column layout: memory stays flat however long a tab
-// stays open (issue 7: a browser tab under 64 MB of JS heap with 1 000 actions/s flowing).
+// stays open (the target: a browser tab under 64 MB of JS heap with 1 000 actions/s flowing).
 
 export type Columns = [number[], ...(number | null)[][]];
 

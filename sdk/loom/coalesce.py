@@ -2,8 +2,8 @@
 
 A trainer runs its trajectories as coroutines; each submits its tool calls one at a time and
 awaits them. One HTTP request per ``submit()`` and per ``result()`` costs the control plane a
-whole web request each (``bench overhead``: 37–71 actions/s at 100–1 000 trajectories that
-way), where the batched forms cost a fraction per action. Coalescing turns concurrent single
+whole web request each (``bench overhead`` measures it at 100 and 1 000 trajectories), where
+the batched forms cost a fraction per action. Coalescing turns concurrent single
 calls into the batched forms without changing what any caller sees — its own ``Action``, its
 own error, its own timeout:
 

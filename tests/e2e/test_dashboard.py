@@ -1,4 +1,4 @@
-"""The operator dashboard in a real Chromium (issue 7, "Tests")."""
+"""The operator dashboard in a real Chromium."""
 
 from __future__ import annotations
 

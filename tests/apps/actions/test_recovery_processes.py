@@ -1,9 +1,9 @@
-"""Failure handling with real processes (issue 6 "Failure handling — nothing submitted is lost").
+"""Failure handling with real processes: nothing submitted is lost.
 
 The scheduler is ``manage.py run_scheduler`` and the agents are ``python -m workers.agents.cpu``,
 each a real subprocess on Redis (db 15 of LOOM_TEST_REDIS_URL) and on this test's PostgreSQL
 database (``transaction=True``: the rows are committed, so the subprocesses see them). The tests
-SIGKILL them mid-run and check what the issue promises:
+SIGKILL them mid-run and check what failure handling promises:
 
 - the scheduler killed and restarted: every action still ends, and none runs twice (each action
   appends a token to a file; every token is there exactly once);

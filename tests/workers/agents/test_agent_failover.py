@@ -1,6 +1,6 @@
 """An agent SIGKILLed mid-action: a second agent for the node reclaims its pending dispatches
 after the idle time, kills what the dead one left running, re-runs the idempotent action and
-reports the other as ``agent_lost`` (issue 6, failure handling)."""
+reports the other as ``agent_lost``."""
 
 from __future__ import annotations
 
