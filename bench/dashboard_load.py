@@ -144,9 +144,9 @@ def load_main(rate: int, duration_s: float, pool_id: int, node_id: int, job_id: 
     """Submit ``rate`` actions/s and drive them to success; prints a JSON summary at the end."""
     from django.utils import timezone
 
-    from apps.actions.demand import parse_demand
     from apps.actions.models import Action, ActionStatus
     from apps.actions.services import ActionSpec, action_submit_batch
+    from apps.core.demand import parse_demand
     from apps.jobs.models import Job
 
     job = Job.objects.get(pk=job_id)
@@ -203,8 +203,8 @@ def publisher_cycle_cost(cycles: int = 5) -> dict[str, float]:
     The core of the web process's dashboard work; uses whatever database Django is configured
     with (the tests run it at a tiny size).
     """
-    from apps.dashboard.groups import topic_parse
-    from apps.dashboard.publisher import snapshots_collect
+    from apps.dashboard.live.groups import topic_parse
+    from apps.dashboard.live.snapshots import snapshots_collect
     from apps.jobs.models import Job
     from apps.resources.models import Node, ResourcePool
 

@@ -108,9 +108,9 @@ def throughput(job_id: int, count: int, redis: str, prefix: str) -> dict[str, fl
     """(Django child, REDIS_URL unset) Insert ``count`` no-ops, announce them, time them to end."""
     import redis as redis_lib
 
-    from apps.actions.demand import parse_demand
     from apps.actions.models import ACTIVE_STATUSES, Action
     from apps.actions.services import ActionSpec, action_submit_batch
+    from apps.core.demand import parse_demand
     from apps.jobs.models import Job
     from apps.resources.models import ResourcePool
     from workers.transport import ActionsSubmitted, StreamNames

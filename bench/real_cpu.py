@@ -105,7 +105,7 @@ def run_all(params: dict[str, Any]) -> dict[str, Any]:
 async def _run_approach(
     approach: str, params: dict[str, Any], pool: Any, job: Any, project: dict[str, int]
 ) -> dict[str, Any]:
-    from apps.actions.runtime import EmbeddedRuntime
+    from apps.embedded.runtime import EmbeddedRuntime
     from apps.policies.models import Policy, PolicyKind
 
     def set_policy() -> None:
@@ -153,8 +153,8 @@ async def _run_approach(
 async def _trajectory(
     approach: str, index: int, params: dict[str, Any], job: Any, project: dict[str, int], cores: int
 ) -> dict[str, list[float]]:
-    from apps.actions.demand import parse_demand
     from apps.actions.services import ActionSpec, action_submit
+    from apps.core.demand import parse_demand
     from apps.trajectories.services import trajectory_create
     from workers.demo.projects import reward_command
 

@@ -46,9 +46,9 @@ def seed(actions: int) -> dict[str, float]:
     from django.contrib.auth.models import User
     from django.core.management import call_command
 
-    from apps.actions.demand import parse_demand
     from apps.actions.scheduler_store import DjangoActionStore
     from apps.actions.services import ActionSpec, action_submit_batch
+    from apps.core.demand import parse_demand
     from apps.jobs.models import Job
     from apps.resources.models import PoolKind, ResourcePool
     from workers.transport import NodeRegister

@@ -2,6 +2,6 @@
 
 from django.urls import URLPattern, URLResolver
 
-from apps.dashboard.routing import websocket_urlpatterns as dashboard_routes
+from apps.dashboard.live.routing import websocket_urlpatterns as dashboard_routes
 
 websocket_urlpatterns: list[URLPattern | URLResolver] = [*dashboard_routes]

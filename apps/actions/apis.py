@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import IntegrityError, connection
-from django.http import Http404
+from django.db import IntegrityError
 from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
@@ -20,14 +18,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.actions import hot_path, selectors, services
-from apps.actions.models import TERMINAL_STATUSES, Action, ActionStatus
-from apps.actions.notify import Subscription, get_notifier
+from apps.actions import selectors, services, waiting
+from apps.actions.models import Action, ActionStatus
 from apps.actions.serializers import ActionItemSerializer, check_trajectories
 from apps.actions.services import ActionSpec
 from apps.jobs.access import principal_of
-from apps.jobs.models import ApiKey, Job
-from apps.jobs.selectors import job_list
+from apps.jobs.models import Job
+from apps.jobs.selectors import job_for_submit
 from apps.resources.models import ResourcePool, Service, Tool
 from controlplane.api.errors import ApiError, Conflict
 from controlplane.api.fields import INT64_MAX, FiniteFloatField
@@ -134,28 +131,10 @@ def wait_param(request: Request) -> float:
         raise serializers.ValidationError({"wait": error.detail}) from None
 
 
-def resolve_job(request: Request, job_id: int | None) -> Job:
-    """The job to submit into: a job key's own job, or the ``job`` a staff caller names."""
-    principal = principal_of(request)
-    if principal.job_id is not None:
-        if job_id is not None and job_id != principal.job_id:
-            raise ApiError(field="job", reason=f"no job {job_id} visible to this key")
-        key = request.auth
-        if isinstance(key, ApiKey) and ApiKey.job.is_cached(key) and key.job is not None:
-            return _active(key.job)  # read with the key by the authentication, this request
-        job_id = principal.job_id
-    if job_id is None:
-        raise ApiError(field="job", reason="this field is required (staff submit into a job)")
-    job = job_list(principal=principal).filter(pk=job_id).first()
-    if job is None:
-        raise ApiError(field="job", reason=f"no job {job_id} visible to this key")
-    return _active(job)
-
-
-def _active(job: Job) -> Job:
-    if job.status != "active":
-        raise Conflict(field="job", reason=f"job {job.name!r} is {job.status}, not active")
-    return job
+def hangup_of(request: Request) -> Hangup | None:
+    """What tells a long-poll that its client hung up (``controlplane.http_bridge``), if any."""
+    hangup = request.META.get(HANGUP_KEY)
+    return hangup if isinstance(hangup, Hangup) else None
 
 
 def with_catalog(attempt: Callable[[selectors.SubmitCatalog], T]) -> T:
@@ -253,34 +232,21 @@ class ActionListSubmitApi(CursorListView):
     )
     def post(self, request: Request) -> Response:
         wait = wait_param(request)
-        with contextlib.ExitStack() as waiting:
-            subscriptions: list[Subscription] = []
 
-            def subscribe(action: Action) -> None:
-                # Before the scheduler hears of it: its end cannot slip past the wait below.
-                if wait > 0:
-                    subscriptions.append(waiting.enter_context(get_notifier().subscribe(action.pk)))
+        def attempt(catalog: selectors.SubmitCatalog) -> services.Submitted:
+            serializer = self.InputSerializer(data=request.data, context={"catalog": catalog})
+            serializer.is_valid(raise_exception=True)
+            spec: ActionSpec = serializer.validated_data
+            job = job_for_submit(request=request, job_id=serializer.job_id)
+            check_trajectories(job_id=job.pk, specs=[spec], field=None)
+            return services.action_submit_and_wait(
+                job=job, spec=spec, wait=wait, hangup=hangup_of(request)
+            )
 
-            def attempt(catalog: selectors.SubmitCatalog) -> services.Submitted:
-                serializer = self.InputSerializer(data=request.data, context={"catalog": catalog})
-                serializer.is_valid(raise_exception=True)
-                spec: ActionSpec = serializer.validated_data
-                job = resolve_job(request, serializer.job_id)
-                check_trajectories(job_id=job.pk, specs=[spec], field=None)
-                # Waiting, it answers after the end's own (synchronous) commit, or flushes.
-                return services.action_submit(
-                    job=job, spec=spec, before_announce=subscribe, durable=wait <= 0
-                )
-
-            submitted = with_catalog(attempt)
-            action = submitted.action
-            if subscriptions and not action.is_terminal:
-                wait_until_ended(request, subscriptions[-1], wait)
-                catch_up(action, subscriptions[-1])
-            if wait > 0 and not action.is_terminal:
-                hot_path.flush_commits()  # answered before its end: its insert on disk first
-            if submitted.created:
-                prime_names(action, selectors.submit_catalog())
+        submitted = with_catalog(attempt)
+        action = submitted.action
+        if submitted.created:
+            prime_names(action, selectors.submit_catalog())
         code = status.HTTP_201_CREATED if submitted.created else status.HTTP_200_OK
         return Response(ActionOutputSerializer.render(action), status=code)
 
@@ -342,7 +308,7 @@ class ActionBatchApi(APIView):
             serializer = self.InputSerializer(data=request.data, context={"catalog": catalog})
             serializer.is_valid(raise_exception=True)
             specs: list[ActionSpec] = serializer.validated_data["items"]
-            job = resolve_job(request, serializer.validated_data.get("job"))
+            job = job_for_submit(request=request, job_id=serializer.validated_data.get("job"))
             check_trajectories(job_id=job.pk, specs=specs, field="items")
             return job, services.action_submit_batch(job=job, specs=specs)
 
@@ -373,9 +339,7 @@ def _full_items(submitted: list[services.Submitted]) -> list[dict[str, Any]]:
     names from the catalog; an idempotency key's existing actions are read with theirs."""
     catalog = selectors.submit_catalog()
     existing_ids = {entry.action.pk for entry in submitted if not entry.created}
-    existing = Action.objects.select_related("tool", "service", "pool", "node").in_bulk(
-        existing_ids
-    )
+    existing = selectors.actions_in_bulk(action_ids=existing_ids)
     items = []
     for entry in submitted:
         action = entry.action if entry.created else existing.get(entry.action.pk, entry.action)
@@ -428,51 +392,14 @@ class ActionResultApi(APIView):
         },
     )
     def get(self, request: Request, action_id: int) -> Response:
-        principal = principal_of(request)
-        wait = wait_param(request)
-        if wait > 0:
-            # Subscribe first, then read: an end that commits after the read still wakes us.
-            with get_notifier().subscribe(action_id) as subscription:
-                action = selectors.action_result_get(principal=principal, action_id=action_id)
-                if not action.is_terminal:
-                    wait_until_ended(request, subscription, wait)
-                    catch_up(action, subscription)
-        else:
-            action = selectors.action_result_get(principal=principal, action_id=action_id)
+        action = waiting.action_result_await(
+            principal=principal_of(request),
+            action_id=action_id,
+            seconds=wait_param(request),
+            hangup=hangup_of(request),
+        )
         code = status.HTTP_200_OK if action.is_terminal else status.HTTP_202_ACCEPTED
         return Response(ActionResultSerializer.render(action), status=code)
-
-
-def wait_until_ended(request: Request, subscription: Subscription, seconds: float) -> None:
-    """A long-poll's wait, holding no database connection: until an end is published,
-    ``seconds`` pass, or the client hangs up (``controlplane.http_bridge.Hangup``: its thread
-    is free at once; the answer is dropped)."""
-    release_connection()
-    hangup = request.META.get(HANGUP_KEY)
-    if isinstance(hangup, Hangup):
-        hangup.on_hangup(subscription.wake)
-    subscription.wait(seconds)
-
-
-def catch_up(action: Action, subscription: Subscription) -> None:
-    """After a long-poll: what changed on the action since it was read — as its end committed
-    it, when the ender published the row (no read), else read back (one statement); 404 if it
-    was deleted meanwhile (its job deleted)."""
-    progress = subscription.progress_of(action.pk)
-    if progress is not None:
-        hot_path.apply_progress(action, progress)
-        return
-    try:
-        hot_path.refresh_progress(action)
-    except Action.DoesNotExist:
-        raise Http404(f"action {action.pk} was deleted") from None
-
-
-def release_connection() -> None:
-    """Give the database connection back while a long-poll waits (it may wait 60 s), so that
-    waiting requests never exhaust PostgreSQL's connections; the re-read takes a fresh one."""
-    if not connection.in_atomic_block:
-        connection.close()
 
 
 class ActionAwaitApi(APIView):
@@ -494,27 +421,15 @@ class ActionAwaitApi(APIView):
 
     @extend_schema(request=InputSerializer, responses=OutputSerializer)
     def post(self, request: Request) -> Response:
-        principal = principal_of(request)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         ids: list[int] = list(dict.fromkeys(serializer.validated_data["ids"]))
-        wait: float = serializer.validated_data["wait"]
-        visible = selectors.action_results(principal=principal, action_ids=ids)
-        found = set(visible.values_list("pk", flat=True))
-        missing = [index for index, pk in enumerate(ids) if pk not in found]
-        if missing:
-            raise ApiError(
-                field=f"ids[{missing[0]}]",
-                reason=f"no action {ids[missing[0]]} visible to this key",
-                status_code=status.HTTP_404_NOT_FOUND,
-            )
-        ended = list(visible.filter(status__in=TERMINAL_STATUSES))
-        if not ended and wait > 0:
-            with get_notifier().subscribe(*ids) as subscription:
-                ended = list(visible.filter(status__in=TERMINAL_STATUSES))
-                if not ended:
-                    wait_until_ended(request, subscription, wait)
-                    ended = list(visible.filter(status__in=TERMINAL_STATUSES))
+        ended = waiting.actions_ended_await(
+            principal=principal_of(request),
+            action_ids=ids,
+            seconds=serializer.validated_data["wait"],
+            hangup=hangup_of(request),
+        )
         ended_ids = {action.pk for action in ended}
         body = {
             "ended": ActionResultSerializer.render_many(ended),

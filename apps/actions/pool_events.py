@@ -2,16 +2,17 @@
 
 The database is the system of record; these events only wake the scheduler. If one is lost (the
 web process dies between commit and publish), nothing is: the scheduler loads every queued
-action of its pool when it starts. Three ways to deliver, chosen by configuration only:
-the embedded runtime in this process (demo), Redis Streams (``REDIS_URL``), or nobody listening
-(tests without a scheduler: actions stay queued, nothing pretends to run them).
+action of its pool when it starts. Three ways to deliver, chosen by configuration only: the
+embedded runtime in this process (the demo's, which routes them with ``in_process_route_set``),
+Redis Streams (``REDIS_URL``), or nobody listening (tests without a scheduler: actions stay
+queued, nothing pretends to run them).
 """
 
 from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import fields
 
 from django.db import transaction
@@ -42,12 +43,29 @@ def _pool_names(pool_ids: Collection[int]) -> dict[int, str]:
 RECORDS_UP_TO = 100  # actions per announcement that carry their records
 
 
-def publish(pool: str, message: Message) -> None:
-    from apps.actions.runtime import current_runtime
+# Where a process that runs its schedulers in-process (``apps.embedded.runtime``) takes the events
+# while it runs: (pool, message), from any thread.
+InProcessRoute = Callable[[str, Message], object]
+_in_process_route: InProcessRoute | None = None
 
-    runtime = current_runtime()
-    if runtime is not None:
-        runtime.publish_threadsafe(runtime.streams.events(pool), message)
+
+def in_process_route_set(route: InProcessRoute) -> None:
+    """Send this process's pool events to ``route`` from now on."""
+    global _in_process_route
+    _in_process_route = route
+
+
+def in_process_route_clear(route: InProcessRoute) -> None:
+    """Stop sending to ``route`` (back to Redis, or nobody); a route set since then stays."""
+    global _in_process_route
+    if _in_process_route == route:  # a bound method is a new object on each access
+        _in_process_route = None
+
+
+def publish(pool: str, message: Message) -> None:
+    route = _in_process_route
+    if route is not None:
+        route(pool, message)
     elif (client := configured_redis()) is not None:
         stream = StreamNames(prefix=key_prefix()).events(pool)
         # No MAXLEN: it would drop events the scheduler has not read. Its acknowledgements trim

@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 
 from rest_framework import serializers
 
-from apps.actions.demand import DemandError, parse_demand
 from apps.actions.selectors import SubmitCatalog
 from apps.actions.services import ActionSpec
+from apps.core.demand import DemandError, parse_demand
 from apps.resources.models import PoolKind
 from apps.trajectories.models import Trajectory
 from controlplane.api.fields import INT64_MAX, FiniteFloatField

@@ -1,4 +1,5 @@
-"""Writes for actions from the web side: submission (single and batch) and cancellation.
+"""Writes for actions from the web side: submission (single, batch, or single and awaited) and
+cancellation, which wakes the action's waiters and shows its job live once committed.
 
 The other transitions (schedule, start, finish, requeue) are the scheduler's, written by its
 store (``scheduler_store.DjangoActionStore``). Every one, cancel included, is a conditional
@@ -17,12 +18,15 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from apps.actions.demand import Demand
-from apps.actions.hot_path import insert_action
+from apps.actions.hot_path import flush_commits, insert_action
 from apps.actions.models import Action, ActionStatus
 from apps.actions.notify import publish_action_ended
 from apps.actions.pool_events import announce_cancelled, announce_submitted
+from apps.actions.waiting import SubmitWait
+from apps.core.demand import Demand
+from apps.core.live import Change, changed_on_commit
 from apps.jobs.models import Job
+from controlplane.http_bridge import Hangup
 from workers.scheduler.transitions import CANCEL
 
 # Called with each new action after its INSERT, before its scheduler can hear of it.
@@ -178,9 +182,30 @@ def action_submit(
     return _submit_one(job=job, spec=spec, before_announce=before_announce, durable=durable)
 
 
-def _on_commit_publish(action_ids: list[int]) -> None:
+def action_submit_and_wait(
+    *, job: Job, spec: ActionSpec, wait: float, hangup: Hangup | None = None
+) -> Submitted:
+    """Submit one action and answer once it has ended or ``wait`` seconds have passed (the
+    sequence is ``waiting``'s); with no wait, plain ``action_submit``.
+
+    Waiting, the insert need not wait for its WAL flush: the answer comes after the end's own
+    synchronous commit, or after ``hot_path.flush_commits`` when the wait runs out first.
+    """
+    with SubmitWait(seconds=wait, hangup=hangup) as end:
+        submitted = action_submit(
+            job=job, spec=spec, before_announce=end.subscribe, durable=wait <= 0
+        )
+        end.until_ended(submitted.action)
+        if wait > 0 and not submitted.action.is_terminal:
+            flush_commits()  # answered before its end: its insert on disk first
+    return submitted
+
+
+def _on_commit_publish(action_ids: list[int], job_ids: Iterable[int]) -> None:
+    """Wake the ends' waiters and show the jobs' new counts live, once committed."""
     if action_ids:
         transaction.on_commit(functools.partial(publish_action_ended, action_ids))
+        changed_on_commit([Change("job", str(job_id)) for job_id in sorted(set(job_ids))])
 
 
 def action_cancel(
@@ -189,12 +214,12 @@ def action_cancel(
     """queued/scheduled/running → cancelled; False if it had already ended."""
     active = Action.objects.filter(pk=action_id, status__in=CANCEL.sources)
     with transaction.atomic():
-        pool_id = active.values_list("pool_id", flat=True).first()
+        pool_id, job_id = active.values_list("pool_id", "job_id").first() or (None, None)
         changed = active.update(
             **CANCEL.columns(finished_at=now or timezone.now(), error_reason=reason)
         )
         if changed == 1:
-            _on_commit_publish([action_id])
+            _on_commit_publish([action_id], [job_id] if job_id is not None else [])
             announce_cancelled([(action_id, pool_id)])
     return changed == 1
 
@@ -205,6 +230,7 @@ def action_cancel_many(
     """Cancel every still-active action of ``action_ids``; returns the ids that were cancelled."""
     moment = now or timezone.now()
     cancelled: list[tuple[int, int | None]] = []
+    job_ids: set[int] = set()
     ids = list(action_ids)
     with transaction.atomic():
         for start in range(0, len(ids), IN_CLAUSE_CHUNK):
@@ -212,12 +238,13 @@ def action_cancel_many(
             active = list(
                 Action.objects.select_for_update()
                 .filter(pk__in=chunk, status__in=CANCEL.sources)
-                .values_list("pk", "pool_id")
+                .values_list("pk", "pool_id", "job_id")
             )
             Action.objects.filter(
-                pk__in=[pk for pk, _ in active], status__in=CANCEL.sources
+                pk__in=[pk for pk, _, _ in active], status__in=CANCEL.sources
             ).update(**CANCEL.columns(finished_at=moment, error_reason=reason))
-            cancelled.extend(active)
-        _on_commit_publish([pk for pk, _ in cancelled])
+            cancelled.extend((pk, pool_id) for pk, pool_id, _ in active)
+            job_ids.update(job_id for _, _, job_id in active)
+        _on_commit_publish([pk for pk, _ in cancelled], job_ids)
         announce_cancelled(cancelled)
     return [pk for pk, _ in cancelled]

@@ -1,1 +1,2 @@
-"""Operator dashboard: SPA shell, login, the multiplexed `/ws/` consumer and `publish()`."""
+"""Operator dashboard: the pages (SPA shell, login, their JSON endpoints, operator writes) and,
+in ``live``, the live updates (the multiplexed ``/ws/`` consumer and what it publishes)."""

@@ -17,10 +17,10 @@ from rest_framework.views import APIView
 
 from apps.actions.models import Action
 from apps.dashboard import selectors, services, simulation
+from apps.dashboard.live.snapshots import node_view
 from apps.dashboard.models import SimulationRun
 from apps.dashboard.permissions import DashboardRole
 from apps.dashboard.roles import user_role_name
-from apps.dashboard.snapshots import node_view
 from apps.jobs.models import Job
 from apps.resources.models import Node, ResourcePool
 

@@ -13,20 +13,20 @@ from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from apps.actions.models import ACTIVE_STATUSES, ALLOCATED_STATUSES, Action, ActionStatus
+from apps.dashboard.live.snapshots import node_view
 from apps.dashboard.policy_fields import POLICY_FIELDS, policy_defaults
-from apps.dashboard.snapshots import (
+from apps.dashboard.waiting import PoolState, WaitingAction, wait_reason
+from apps.jobs.models import Job
+from apps.metrics.measures import (
     active_trajectories,
     allocation_units,
     job_counts,
-    node_view,
     pool_capacity,
     pool_snapshot,
     recent_act,
 )
-from apps.dashboard.stats import act_stats, histogram, seconds_between
-from apps.dashboard.waiting import PoolState, WaitingAction, wait_reason
-from apps.jobs.models import Job
 from apps.metrics.selectors import job_history, pool_history
+from apps.metrics.stats import act_stats, histogram, seconds_between
 from apps.policies.models import Policy, PolicyKind
 from apps.resources.models import ApiQuota, Node, ResourcePool
 from apps.trajectories.models import TERMINAL_TRAJECTORY_STATUSES, Trajectory

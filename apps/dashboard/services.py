@@ -1,7 +1,9 @@
 """Writes an operator makes from the dashboard (REST views and websocket commands both call these).
 
 Each checks the operator role first (the views check too: defence in depth), then calls the
-owning app's service, then publishes the fresh state so every open dashboard sees it at once.
+owning app's service. That service announces the change once committed (``apps.core.live``) and
+the dashboard's receiver (``live.receivers``) publishes the fresh state, so every open dashboard
+sees it at once, whichever edge made the change.
 """
 
 from __future__ import annotations
@@ -14,18 +16,18 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
 
-from apps.actions.demand import parse_demand
 from apps.actions.models import Action
 from apps.actions.services import ActionSpec, action_cancel, action_submit_batch
+from apps.core.demand import parse_demand
+from apps.core.live import Change, changed_on_commit
 from apps.dashboard.policy_fields import policy_validate
-from apps.dashboard.publish import publish
 from apps.dashboard.roles import user_can_operate
 from apps.dashboard.selectors import pool_policy
-from apps.dashboard.snapshots import job_snapshot, node_view, pool_snapshot
 from apps.jobs.models import Job
 from apps.policies.models import Policy, PolicyKind
 from apps.policies.services import PolicyInvalid, policy_create, policy_update
-from apps.resources.models import Node, NodeStatus, PoolKind, ResourcePool
+from apps.resources.models import Node, PoolKind, ResourcePool
+from apps.resources.services import NodeNotDrainable, node_set_draining
 
 DEMO_JOB_NAME = "dashboard-demo"
 MAX_DEMO_ACTIONS = 10_000
@@ -52,10 +54,6 @@ def _require_operator(user: User, what: str) -> None:
         raise DashboardForbidden(f"forbidden: read-only operators cannot {what}")
 
 
-def _publish_after_commit(topic: str, payload_factory: Any) -> None:
-    transaction.on_commit(lambda: publish(topic, payload_factory()))
-
-
 def dashboard_policy_save(*, user: User, pool: ResourcePool, settings: Any) -> Policy:
     """Validate and store a new version of the pool's action-scheduler policy."""
     _require_operator(user, "change a policy")
@@ -70,7 +68,7 @@ def dashboard_policy_save(*, user: User, pool: ResourcePool, settings: Any) -> P
 
 
 def _policy_store(*, pool: ResourcePool, settings: dict[str, Any], author: Any) -> Policy:
-    """Create the pool's policy or add a version to it; publish the pool once committed."""
+    """Create the pool's policy or add a version to it (the policy service shows the pool)."""
     with transaction.atomic():
         policy = pool_policy(pool)
         if policy is None:
@@ -89,41 +87,24 @@ def _policy_store(*, pool: ResourcePool, settings: dict[str, Any], author: Any) 
                 author=author,
                 comment="changed from the dashboard",
             )
-        _publish_after_commit(f"pool:{pool.name}", lambda: pool_snapshot(pool))
     return policy
 
 
 def dashboard_action_cancel(*, user: User, action: Action) -> bool:
     """Cancel one action; False when it had already ended."""
     _require_operator(user, "cancel an action")
-    with transaction.atomic():
-        cancelled = action_cancel(
-            action_id=action.pk, reason=f"cancelled by {user.get_username()} from the dashboard"
-        )
-        if cancelled:
-            job = action.job
-            _publish_after_commit(f"job:{job.pk}", lambda: job_snapshot(job))
-    return cancelled
+    return action_cancel(
+        action_id=action.pk, reason=f"cancelled by {user.get_username()} from the dashboard"
+    )
 
 
 def dashboard_node_set_draining(*, user: User, node: Node, draining: bool) -> Node:
-    """Drain (no new allocations; running actions finish) or resume a node.
-
-    A conditional update: an offline node cannot be drained or resumed from here, and two
-    operators clicking at once leave it in one well-defined state.
-    """
+    """Drain (no new allocations; running actions finish) or resume a node."""
     _require_operator(user, "drain or resume a node")
-    source = NodeStatus.ONLINE if draining else NodeStatus.DRAINING
-    target = NodeStatus.DRAINING if draining else NodeStatus.ONLINE
-    with transaction.atomic():
-        changed = Node.objects.filter(pk=node.pk, status__in=[source, target]).update(status=target)
-        if changed != 1:
-            raise DashboardInputError(
-                [{"field": "node", "reason": f"node is {node.status}; only online nodes drain"}]
-            )
-        node.refresh_from_db()
-        _publish_after_commit(f"node:{node.pk}", lambda: node_view(node))
-    return node
+    try:
+        return node_set_draining(node=node, draining=draining)
+    except NodeNotDrainable as refusal:
+        raise DashboardInputError([{"field": "node", "reason": str(refusal)}]) from None
 
 
 def _demo_demand(pool: ResourcePool) -> tuple[dict[str, Any], dict[str, Any] | None, list[str]]:
@@ -179,6 +160,6 @@ def dashboard_launch_demo(
         )
     with transaction.atomic():
         submitted = action_submit_batch(job=job, specs=specs)
-        _publish_after_commit(f"pool:{pool.name}", lambda: pool_snapshot(pool))
-        _publish_after_commit(f"job:{job.pk}", lambda: job_snapshot(job))
+        # Submissions announce nothing themselves (``apps.core.live``); a launch shows at once.
+        changed_on_commit([Change("pool", pool.name), Change("job", str(job.pk))])
     return job, sum(1 for s in submitted if s.created)

@@ -21,7 +21,7 @@ from apps.dashboard.models import SimulationRun
 from apps.dashboard.policy_fields import policy_validate
 from apps.dashboard.roles import user_can_operate
 from apps.dashboard.services import DashboardForbidden, DashboardInputError
-from apps.dashboard.stats import act_stats
+from apps.metrics.stats import act_stats
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.actions.demand import RESOURCES
+from apps.core.demand import RESOURCES
 from apps.jobs import selectors, services
 from apps.jobs.access import IsStaffPrincipal, acting_user, principal_of
 from apps.jobs.models import ApiKey, Job, JobStatus

@@ -15,7 +15,7 @@ from django.db.models.functions import Coalesce
 from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
-from apps.dashboard.snapshots import pool_snapshot
+from apps.metrics.measures import pool_snapshot
 from apps.metrics.models import PoolRollup
 from apps.resources.models import ResourcePool
 

@@ -14,15 +14,15 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from apps.actions.models import ACTIVE_STATUSES, Action
-from apps.dashboard.snapshots import (
+from apps.jobs.models import Job
+from apps.metrics.measures import (
     active_counts,
     active_trajectories,
     completion_stats,
     pool_capacity,
 )
-from apps.dashboard.stats import ratio, seconds_between
-from apps.jobs.models import Job
 from apps.metrics.models import JobRollup, PoolRollup
+from apps.metrics.stats import ratio, seconds_between
 from apps.resources.models import PoolKind, ResourcePool
 
 DEFAULT_BUCKET_S = 10

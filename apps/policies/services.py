@@ -11,6 +11,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from apps.core.live import Change, changed_on_commit
 from apps.policies.models import Policy, PolicyKind, PolicyVersion
 from apps.policies.validation import PolicyInvalid, policy_settings_check
 from apps.resources.models import ResourcePool
@@ -39,6 +40,12 @@ def _user_or_none(user: User | None) -> User | None:
     return user if user is not None and user.is_authenticated else None
 
 
+def _pool_changed_on_commit(pool: ResourcePool | None) -> None:
+    """A pool's snapshot names its stored policy version: show the new one live."""
+    if pool is not None:
+        changed_on_commit([Change("pool", pool.name)])
+
+
 @transaction.atomic
 def policy_create(
     *,
@@ -62,6 +69,7 @@ def policy_create(
         author=author,
         comment=comment or "created",
     )
+    _pool_changed_on_commit(pool)
     return policy
 
 
@@ -98,5 +106,6 @@ def policy_update(
         author=author,
         comment=comment,
     )
+    _pool_changed_on_commit(policy.pool)  # loaded by the check above
     policy.refresh_from_db()
     return policy

@@ -21,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.actions.demand import DemandError, parse_demand
+from apps.core.demand import DemandError, parse_demand
 from apps.jobs.access import IsStaffOrReadOnly, IsStaffPrincipal, principal_of
 from apps.jobs.authentication import (
     NODE_TOKEN_PREFIX,

@@ -134,7 +134,7 @@ class Tool(models.Model):
         """Admin forms: the resource template and elasticity follow the demand rules."""
         from django.core.exceptions import ValidationError
 
-        from apps.actions.demand import DemandError, parse_demand
+        from apps.core.demand import DemandError, parse_demand
 
         if not self.resource_template:
             if self.elasticity is not None:

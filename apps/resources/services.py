@@ -1,4 +1,4 @@
-"""Writes for nodes: agent registration and heartbeats."""
+"""Writes for nodes: agent registration, heartbeats, and draining by an operator."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from apps.core.live import Change, changed_on_commit
 from apps.jobs.authentication import NODE_TOKEN_PREFIX, hash_key
 from apps.jobs.services import generate_raw_key
 from apps.resources.models import Node, NodeStatus, ResourcePool
@@ -69,4 +70,26 @@ def node_heartbeat(
         node.status = NodeStatus.ONLINE
         fields.append("status")
     node.save(update_fields=fields)
+    return node
+
+
+class NodeNotDrainable(ValueError):
+    """Only an online node drains and only a draining one resumes (an offline one does neither)."""
+
+
+def node_set_draining(*, node: Node, draining: bool) -> Node:
+    """Drain (no new allocations; running actions finish) or resume a node; shown live once
+    committed.
+
+    A conditional update: an offline node cannot be drained or resumed, and two operators
+    clicking at once leave it in one well-defined state.
+    """
+    source = NodeStatus.ONLINE if draining else NodeStatus.DRAINING
+    target = NodeStatus.DRAINING if draining else NodeStatus.ONLINE
+    with transaction.atomic():
+        changed = Node.objects.filter(pk=node.pk, status__in=[source, target]).update(status=target)
+        if changed != 1:
+            raise NodeNotDrainable(f"node is {node.status}; only online nodes drain")
+        node.refresh_from_db()
+        changed_on_commit([Change("node", str(node.pk))])
     return node

@@ -10,8 +10,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.actions.apis import resolve_job
 from apps.jobs.access import principal_of
+from apps.jobs.selectors import job_for_submit
 from apps.trajectories import selectors, services
 from apps.trajectories.models import Trajectory, TrajectoryStatus
 from controlplane.api.errors import ApiError, Conflict
@@ -91,7 +91,7 @@ class TrajectoryListCreateApi(CursorListView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
-        job = resolve_job(request, data.pop("job", None))
+        job = job_for_submit(request=request, job_id=data.pop("job", None))
         trajectory = services.trajectory_create(job=job, **data)
         return Response(TrajectoryOutputSerializer(trajectory).data, status=status.HTTP_201_CREATED)
 

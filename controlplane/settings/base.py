@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "apps.buffers",
     "apps.dashboard",
     "apps.metrics",
+    "apps.embedded",  # the top layer: `manage.py demo` (pyproject.toml [tool.importlinter])
 ]
 
 MIDDLEWARE = [

@@ -181,7 +181,7 @@ def publish_in_server(topic: str, payload: dict[str, Any]) -> None:
 
     from twisted.internet import reactor
 
-    from apps.dashboard.publish import apublish
+    from apps.dashboard.live.broadcast import apublish
 
     twisted_reactor: Any = reactor
     loop = twisted_reactor._asyncioEventloop

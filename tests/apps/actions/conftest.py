@@ -15,7 +15,7 @@ from django.db import connection
 from django.test import override_settings
 from loom import AsyncClient
 
-from apps.actions.runtime import EmbeddedRuntime
+from apps.embedded.runtime import EmbeddedRuntime
 from apps.resources.models import PoolKind
 from controlplane.asgi import application
 from tests.apps.actions.cluster import Cluster

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from apps.actions.demand import DemandError, ResourceDemand, parse_demand
+from apps.core.demand import DemandError, ResourceDemand, parse_demand
 
 
 def errors_of(demand, elasticity=None, quotas=()):

@@ -13,8 +13,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from apps.actions import hot_path, notify
-from apps.actions.apis import ActionOutputSerializer, catch_up
+from apps.actions.apis import ActionOutputSerializer
 from apps.actions.models import Action, ActionStatus
+from apps.actions.waiting import catch_up
 from tests.apps.helpers import finish, schedule, start
 from tests.factories import ActionFactory, JobFactory, NodeFactory, PoolFactory, ToolFactory
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from apps.actions.demand import parse_demand
 from apps.actions.models import TERMINAL_STATUSES, Action
 from apps.actions.services import ActionSpec, action_submit_batch
+from apps.core.demand import parse_demand
 from tests.apps.actions.cluster import Cluster
 from tests.factories import JobFactory, TrajectoryFactory
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from apps.actions.demand import parse_demand
 from apps.actions.models import Action
 from apps.actions.notify import get_notifier
-from apps.actions.runtime import EmbeddedRuntime
 from apps.actions.services import ActionSpec, action_submit
+from apps.core.demand import parse_demand
+from apps.embedded.runtime import EmbeddedRuntime
 from apps.resources.apis import ToolSerializer
 from apps.resources.models import PoolKind, Tool
 from tests.factories import JobFactory, PoolFactory, ToolFactory

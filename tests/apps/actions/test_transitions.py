@@ -146,7 +146,7 @@ def test_two_concurrent_schedulers_exactly_one_places(postgres_only):
 def test_concurrent_submits_with_one_idempotency_key_make_one_action(postgres_only):
     """Two trainers' retries race with the same key: the unique constraint and one retry
     make both get the same action, and only one row exists."""
-    from apps.actions.demand import parse_demand
+    from apps.core.demand import parse_demand
     from tests.factories import JobFactory
 
     job = JobFactory.create()

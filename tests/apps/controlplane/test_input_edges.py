@@ -485,8 +485,8 @@ async def test_the_dashboard_socket_answers_a_deep_message_and_stays_open() -> N
     from channels.routing import URLRouter
     from channels.testing import WebsocketCommunicator
 
+    from apps.dashboard.live.routing import websocket_urlpatterns
     from apps.dashboard.roles import OPERATOR_GROUP, roles_ensure
-    from apps.dashboard.routing import websocket_urlpatterns
     from tests.factories import UserFactory
 
     def operator() -> Any:

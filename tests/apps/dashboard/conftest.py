@@ -12,7 +12,7 @@ from django.utils import timezone
 @pytest.fixture(autouse=True)
 def fresh_live_caches() -> None:
     """Live job counts cache ended-action counts for 10 s; ids repeat across tests."""
-    from apps.dashboard import snapshots
+    from apps.dashboard.live import snapshots
 
     snapshots._terminal_counts.clear()
 

@@ -10,9 +10,9 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
-from apps.dashboard.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
-from apps.dashboard.publish import apublish
-from apps.dashboard.routing import websocket_urlpatterns
+from apps.dashboard.live.broadcast import apublish
+from apps.dashboard.live.consumer import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+from apps.dashboard.live.routing import websocket_urlpatterns
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -130,7 +130,7 @@ async def test_admin_changes_a_policy_over_the_socket_and_bad_values_name_the_fi
 async def test_watched_topics_get_database_snapshots_while_a_socket_is_open(
     operator_user: Any, cpu_pool: Any, job: Any, settings: Any
 ) -> None:
-    from apps.dashboard.publisher import live_publisher
+    from apps.dashboard.live.watched_topics import live_publisher
     from tests.factories import ActionFactory
 
     settings.LOOM_DASHBOARD_DB_SNAPSHOTS = True

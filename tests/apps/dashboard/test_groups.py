@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from apps.dashboard.groups import InvalidTopic, TopicKind, topic_parse
+from apps.dashboard.live.groups import InvalidTopic, TopicKind, topic_parse
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from apps.dashboard.publish import SnapshotThrottle, apublish
+from apps.dashboard.live.broadcast import SnapshotThrottle, apublish
 
 
 def test_throttle_sends_first_then_holds_the_latest_until_due() -> None:

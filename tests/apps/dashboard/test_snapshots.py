@@ -2,7 +2,8 @@ from typing import Any
 
 import pytest
 
-from apps.dashboard.snapshots import job_snapshot, node_view, pool_snapshot
+from apps.dashboard.live.snapshots import job_snapshot, node_view
+from apps.metrics.measures import pool_snapshot
 from tests.apps.dashboard.conftest import finished_action, running_action
 
 
@@ -49,7 +50,7 @@ def test_job_snapshot_counts_by_status(cpu_pool: Any, job: Any) -> None:
 def test_live_job_counts_keep_active_counts_exact_between_full_counts(
     cpu_pool: Any, job: Any
 ) -> None:
-    from apps.dashboard.snapshots import live_job_counts
+    from apps.dashboard.live.snapshots import live_job_counts
     from tests.factories import ActionFactory
 
     ActionFactory(job=job, pool=cpu_pool)

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from apps.actions.demo_workload import SHELL_TOOL, SUITE_TOOL
 from apps.actions.models import TERMINAL_STATUSES, Action
-from apps.jobs.management.commands.demo import embedded_demo
+from apps.embedded.demo_workload import SHELL_TOOL, SUITE_TOOL
+from apps.embedded.management.commands.demo import embedded_demo
 from apps.trajectories.models import Trajectory, TrajectoryStatus
 from workers.demo.projects import parse_suite
 

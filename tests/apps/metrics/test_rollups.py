@@ -59,7 +59,7 @@ def test_beat_task_and_prune(cpu_pool: Any) -> None:
 def test_embedded_rollup_thread_writes_buckets(cpu_pool: Any) -> None:
     import time
 
-    from apps.metrics.embedded import RollupThread
+    from apps.embedded.rollups import RollupThread
 
     thread = RollupThread(bucket_s=1)
     thread.start()

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from apps.actions import services
-from apps.actions.demand import parse_demand
 from apps.actions.models import Action
 from apps.actions.scheduler_store import DjangoActionStore, new_action_record
 from apps.actions.selectors import submit_catalog
+from apps.core.demand import parse_demand
 from apps.jobs.models import Job
 from apps.resources.models import PoolKind
 from tests.factories import (

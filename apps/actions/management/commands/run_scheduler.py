@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.actions.scheduler_store import DjangoActionStore
-from apps.dashboard.publish import apublish
+from apps.core.live import pool_snapshot_publish
 from controlplane.redis_client import key_prefix
 from workers.scheduler import SchedulerService, ServiceConfig
 from workers.transport import RedisStreamsTransport, StreamNames
@@ -76,7 +76,7 @@ class Command(BaseCommand):
             transport=transport,
             store=DjangoActionStore(),
             streams=streams,
-            publish_snapshot=lambda pool, snapshot: apublish(f"pool:{pool}", snapshot),
+            publish_snapshot=pool_snapshot_publish,  # to the dashboard, which registers for them
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

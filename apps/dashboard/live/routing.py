@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, URLResolver, path
 
-from apps.dashboard.consumers import DashboardConsumer
+from apps.dashboard.live.consumer import DashboardConsumer
 
 websocket_urlpatterns: list[URLPattern | URLResolver] = [
     path("ws/", DashboardConsumer.as_asgi(), name="dashboard-ws"),

@@ -1,7 +1,7 @@
 """Operator commands sent over the websocket (``{"op": "command", "name": ..., "args": ...}``).
 
 The same service functions as the REST views, the same permission check: a read-only operator is
-refused here exactly as the REST API refuses them (issue 7: "UI and websocket both refuse").
+refused here exactly as the REST API refuses them ("UI and websocket both refuse").
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.utils import timezone
 
-from apps.actions.demand import parse_demand
 from apps.actions.models import Action
 from apps.actions.notify import get_notifier
 from apps.actions.services import ActionSpec, action_submit
+from apps.core.demand import parse_demand
 from apps.jobs.models import Job
 from apps.resources.models import ResourcePool, Tool
 from apps.trajectories.models import Trajectory, TrajectoryStatus

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.conf import settings
 
+from apps.actions.pool_events import in_process_route_clear, in_process_route_set
 from apps.actions.scheduler_store import DjangoActionStore
 from apps.resources.models import PoolKind, ResourcePool
 from workers.agents.api.agent import ApiAgent
@@ -31,13 +32,6 @@ from workers.scheduler import SchedulerService, ServiceConfig
 from workers.transport import InProcessTransport, Message, StreamNames, Transport
 
 log = logging.getLogger("loom.runtime")
-
-_current: EmbeddedRuntime | None = None
-
-
-def current_runtime() -> EmbeddedRuntime | None:
-    """The runtime running in this process, if any (the API publishes pool events through it)."""
-    return _current
 
 
 class EmbeddedRuntime:
@@ -64,9 +58,9 @@ class EmbeddedRuntime:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
-        global _current
         self._loop = asyncio.get_running_loop()
-        _current = self
+        # The API's submissions and cancellations reach these schedulers through this runtime.
+        in_process_route_set(self._route_pool_event)
         pools = await asyncio.to_thread(
             lambda: list(
                 ResourcePool.objects.filter(kind__in=[PoolKind.CPU, PoolKind.API]).values_list(
@@ -129,7 +123,6 @@ class EmbeddedRuntime:
         )
 
     async def stop(self) -> None:
-        global _current
         self._stop.set()
         for agent in self.agents:
             await agent.stop()
@@ -137,8 +130,10 @@ class EmbeddedRuntime:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if _current is self:
-            _current = None
+        in_process_route_clear(self._route_pool_event)
+
+    def _route_pool_event(self, pool: str, message: Message) -> None:
+        self.publish_threadsafe(self.streams.events(pool), message)
 
     def publish_threadsafe(self, stream: str, message: Message) -> Future[str] | None:
         """Publish from any thread (sync Django views run outside the loop's thread)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 
-from apps.dashboard.groups import Topic, TopicKind
+from apps.dashboard.live.groups import Topic, TopicKind
 from apps.dashboard.roles import user_can_view
 
 

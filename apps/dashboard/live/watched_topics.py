@@ -5,7 +5,7 @@ and for node and job topics, :class:`LivePublisher` computes the same snapshots 
 every ``interval_s`` — but only for topics that a socket of *this* process subscribes to, and only
 while at least one socket is open. A dashboard nobody watches costs nothing; one that is watched
 costs one bounded snapshot query set per watched topic per interval, however many actions flow
-(issue 7: "at most a few per second per pool").
+("at most a few per second per pool").
 
 It runs as an asyncio task on the ASGI server's own event loop (started by the first consumer), so
 the in-memory channel layer of the embedded mode is only ever touched from that loop.
@@ -17,43 +17,17 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from apps.dashboard.groups import Topic, TopicKind
-from apps.dashboard.publish import apublish
+from apps.dashboard.live.broadcast import apublish
+from apps.dashboard.live.groups import Topic
+from apps.dashboard.live.snapshots import snapshots_collect
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 1.0
-
-
-def snapshot_for(topic: Topic) -> dict[str, Any] | None:
-    """The current snapshot of one topic, or None when its object is gone."""
-    from apps.dashboard.snapshots import job_snapshot, node_view, pool_snapshot
-    from apps.jobs.models import Job
-    from apps.resources.models import Node, ResourcePool
-
-    if topic.kind is TopicKind.POOL:
-        pool = ResourcePool.objects.filter(name=topic.key).first()
-        return pool_snapshot(pool) if pool else None
-    if topic.kind is TopicKind.NODE:
-        node = Node.objects.select_related("pool").filter(pk=topic.numeric_id).first()
-        return node_view(node) if node else None
-    job = Job.objects.filter(pk=topic.numeric_id).first()
-    return job_snapshot(job) if job else None
-
-
-def snapshots_collect(topics: list[Topic]) -> list[tuple[str, dict[str, Any]]]:
-    """Snapshots of ``topics`` (one synchronous database pass)."""
-    collected = []
-    for topic in topics:
-        snapshot = snapshot_for(topic)
-        if snapshot is not None:
-            collected.append((str(topic), snapshot))
-    return collected
 
 
 class LivePublisher:

@@ -6,7 +6,7 @@ Protocol (JSON text frames, client → server):
 - ``{"op": "pause"}`` while the tab is hidden (the server stops forwarding; nothing is queued) and
   ``{"op": "resume"}`` when it is visible again (the client refetches once over REST);
 - ``{"op": "command", "id": 7, "name": "policy.update", "args": {...}}`` for operator commands
-  (commands.py); each is permission-checked exactly like its REST twin.
+  (operator_commands.py); each is permission-checked exactly like its REST twin.
 
 Server → client: ``{"op": "subscribed"|"unsubscribed", "group": ...}``, ``{"op": "event",
 "group": ..., "data": {...}}``, ``{"op": "result", "id": 7, "ok": bool, ...}`` and ``{"op":
@@ -20,9 +20,9 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from apps.dashboard import access, commands
-from apps.dashboard.groups import InvalidTopic, Topic, topic_parse
-from apps.dashboard.publisher import live_publisher
+from apps.dashboard.live import access, operator_commands
+from apps.dashboard.live.groups import InvalidTopic, Topic, topic_parse
+from apps.dashboard.live.watched_topics import live_publisher
 from apps.dashboard.roles import user_can_view
 from apps.metrics.instruments import WS_CONNECTIONS, WS_EVENTS, WS_REFUSALS
 from controlplane.api.limits import JsonRejected, parse_json_body
@@ -145,7 +145,7 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
 
     async def _command(self, content: dict[str, Any]) -> None:
         request_id = content.get("id")
-        outcome = await database_sync_to_async(commands.command_run)(
+        outcome = await database_sync_to_async(operator_commands.command_run)(
             user=self.scope["user"], name=content.get("name"), args=content.get("args")
         )
         await self.send_json({"op": "result", "id": request_id, **outcome})

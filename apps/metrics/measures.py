@@ -1,15 +1,15 @@
-"""Compact live snapshots of pools, nodes and jobs, computed from the database.
+"""What pools and jobs are doing now, read from the database: queues, ACT, capacity held.
 
-The scheduler publishes the same shapes from its in-memory state (arl-tangram §5: it owns the
-queue); these selectors serve the first paint of a page, the refetch after a hidden tab resumes,
-and the :mod:`apps.dashboard.publisher` loop for deployments where no scheduler publishes yet.
-Every query here is bounded: counts and aggregates use the (pool, status, submitted_at) and
-(job, status, submitted_at) indexes, and ACT percentiles read at most ``ACT_SAMPLE_LIMIT`` rows.
+One set of bounded reads for everyone who reports it: the rollups (``services.rollup_write``), the
+Prometheus collector (``prometheus``) and the dashboard (its pages' first paint and its live
+snapshots, ``apps.dashboard.live.snapshots``). The scheduler publishes the same pool snapshot from
+its in-memory state (arl-tangram §5: it owns the queue). Every query here is bounded: counts and
+aggregates use the (pool, status, submitted_at) and (job, status, submitted_at) indexes, and ACT
+percentiles read at most ``ACT_SAMPLE_LIMIT`` rows.
 """
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,14 +18,13 @@ from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Qu
 from django.utils import timezone
 
 from apps.actions.models import (
-    ACTIVE_STATUSES,
     ALLOCATED_STATUSES,
     TERMINAL_STATUSES,
     Action,
     ActionStatus,
 )
-from apps.dashboard.stats import ActStats, act_stats, ratio, seconds_between
 from apps.jobs.models import Job
+from apps.metrics.stats import ActStats, act_stats, ratio, seconds_between
 from apps.policies.models import Policy, PolicyKind
 from apps.resources.models import ApiQuota, Node, NodeStatus, PoolKind, ResourcePool
 from apps.trajectories.models import TERMINAL_TRAJECTORY_STATUSES, Trajectory
@@ -44,7 +43,7 @@ def allocation_units(allocation: Any, resource: str) -> list[int]:
     return []
 
 
-def _held_count(allocation: Any, resource: str) -> int:
+def held_count(allocation: Any, resource: str) -> int:
     ids = allocation_units(allocation, resource)
     if ids:
         return len(ids)
@@ -157,8 +156,8 @@ def pool_capacity(pool: ResourcePool) -> dict[str, Any]:
     for allocation in Action.objects.filter(pool=pool, status__in=ALLOCATED_STATUSES).values_list(
         "allocation", flat=True
     ):
-        held_cores += _held_count(allocation, "cpu")
-        held_gpus += _held_count(allocation, "gpu")
+        held_cores += held_count(allocation, "cpu")
+        held_gpus += held_count(allocation, "gpu")
     quota_limit = 0
     if pool.kind == PoolKind.API:
         quotas = ApiQuota.objects.filter(pool=pool).aggregate(total=Sum("concurrency_limit"))
@@ -207,82 +206,12 @@ def pool_snapshot(pool: ResourcePool, now: datetime | None = None) -> dict[str, 
     }
 
 
-def node_view(node: Node, now: datetime | None = None) -> dict[str, Any]:
-    """Everything the node card shows: allocations by action, cached services, health."""
-    now = now or timezone.now()
-    allocations = []
-    cores_used = gpus_used = 0
-    for action_id, job_id, allocation in Action.objects.filter(
-        node=node, status__in=ALLOCATED_STATUSES
-    ).values_list("id", "job_id", "allocation"):
-        cores, gpus = allocation_units(allocation, "cpu"), allocation_units(allocation, "gpu")
-        cores_used += len(cores) or _held_count(allocation, "cpu")
-        gpus_used += len(gpus)
-        allocations.append({"action": action_id, "job": job_id, "cores": cores, "gpus": gpus})
-    usage = node.usage if isinstance(node.usage, dict) else {}
-    services = usage.get("services", [])
-    return {
-        "t": now.timestamp(),
-        "id": node.pk,
-        "name": node.name,
-        "pool": node.pool.name,
-        "status": node.status,
-        "draining": node.status == NodeStatus.DRAINING,
-        "heartbeat_age_s": seconds_between(node.last_heartbeat_at, now),
-        "cores_total": node.cores,
-        "cores_used": cores_used,
-        "gpus_total": node.gpus,
-        "gpus_used": gpus_used,
-        "allocations": allocations,
-        "services": [
-            {
-                "gpu": s.get("gpu"),
-                "name": str(s.get("name", "?")),
-                "state": str(s.get("state", "?")),
-            }
-            for s in services
-            if isinstance(s, dict)
-        ],
-    }
-
-
 def job_counts(job: Job) -> dict[str, int]:
     """Actions of a job per status (one GROUP BY)."""
     counts = {status.value: 0 for status in ActionStatus}
     for row in Action.objects.filter(job=job).values("status").annotate(n=Count("id")):
         counts[row["status"]] = row["n"]
     return counts
-
-
-# Ended-action counts of a job grow with its history (a count over all its rows), so live
-# snapshots refresh them at most this often; the active counts are exact on every snapshot.
-TERMINAL_COUNTS_TTL_S = 10.0
-_terminal_counts: dict[int, tuple[float, dict[str, int]]] = {}
-
-
-def live_job_counts(job: Job) -> dict[str, int]:
-    """Per-status counts for live snapshots: active ones exact, ended ones ≤ 10 s old."""
-    moment = time.monotonic()
-    cached = _terminal_counts.get(job.pk)
-    if cached is None or moment - cached[0] > TERMINAL_COUNTS_TTL_S:
-        counts = job_counts(job)
-        _terminal_counts[job.pk] = (moment, counts)
-        return counts
-    actions = Action.objects.filter(job=job)
-    active = {status.value: actions.filter(status=status).count() for status in ACTIVE_STATUSES}
-    return {**cached[1], **active}
-
-
-def job_snapshot(job: Job, now: datetime | None = None) -> dict[str, Any]:
-    """The compact job snapshot published on ``job:<id>``."""
-    now = now or timezone.now()
-    return {
-        "t": now.timestamp(),
-        "job": job.pk,
-        "counts": live_job_counts(job),
-        "act": recent_act(Action.objects.filter(job=job), now),
-        "active_trajectories": active_trajectories(job),
-    }
 
 
 def active_trajectories(job: Job) -> int:

@@ -1,11 +1,12 @@
-"""The one way any Loom code pushes live data to dashboard clients.
+"""Send live data to a topic's dashboard clients: the one way it reaches them.
 
-``publish("pool:cpu", snapshot)`` from synchronous code (services, Celery tasks, the scheduler's
-worker threads) and ``await apublish(...)`` from asyncio code. Both hand the payload to the channel
-layer group of that topic; the multiplexed consumer (consumers.py) forwards it to each subscribed
-socket. Publishers that emit on every event (the scheduler runs on every arrival and completion)
-wrap their calls in a :class:`SnapshotThrottle` so a pool produces at most a few snapshots per
-second however busy it is (issue 7: "compact snapshots, at most a few per second per pool").
+``publish("pool:cpu", snapshot)`` from synchronous code and ``await apublish(...)`` from asyncio
+code. Both hand the payload to the channel layer group of that topic; the multiplexed consumer
+(consumer.py) forwards it to each subscribed socket. Apps below the dashboard never call these:
+they announce changes through ``apps.core.live`` and ``receivers`` publishes them. Publishers that
+emit on every event can wrap their calls in a :class:`SnapshotThrottle` so a pool produces at most
+a few snapshots per second however busy it is ("compact snapshots, at most a few per second per
+pool").
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from apps.dashboard.groups import topic_parse
+from apps.dashboard.live.groups import topic_parse
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
-from apps.actions.demo_workload import ensure_demo_tools
+from apps.core.live import pool_snapshot_publish
+from apps.embedded.demo_workload import ensure_demo_tools
 from apps.jobs import services as job_services
 from apps.jobs.authentication import hash_key
 from apps.jobs.models import ApiKey, Job
@@ -37,8 +38,8 @@ from apps.resources.models import PoolKind, ResourcePool, Tool
 from workers.agents.cpu.local import make_private_root
 
 if TYPE_CHECKING:
-    from apps.actions.demo_workload import DemoWorkload
-    from apps.actions.runtime import EmbeddedRuntime
+    from apps.embedded.demo_workload import DemoWorkload
+    from apps.embedded.runtime import EmbeddedRuntime
 
 ADMIN_USERNAME = "admin"
 DEMO_JOB = "demo"
@@ -84,19 +85,15 @@ async def embedded_demo(
     shared by two checkouts' demos, emptied at start since a SIGTERM'd server (uvicorn re-raises
     the signal once it has shut down) never reaches the clean-up below.
     """
-    from apps.actions.demo_workload import DemoWorkload
-    from apps.actions.runtime import EmbeddedRuntime
-    from apps.dashboard.publish import apublish
+    from apps.embedded.demo_workload import DemoWorkload
+    from apps.embedded.runtime import EmbeddedRuntime
 
     sandbox_root = Path(settings.LOOM_SANDBOX_ROOT)
     make_private_root(sandbox_root)
     checkout = hashlib.sha256(str(Path(settings.VAR_DIR).resolve()).encode()).hexdigest()[:12]
     work_root = sandbox_root / f"demo-{checkout}"
     shutil.rmtree(work_root, ignore_errors=True)
-    runtime = EmbeddedRuntime(
-        work_root=work_root,
-        publish_snapshot=lambda pool, snapshot: apublish(f"pool:{pool}", snapshot),
-    )
+    runtime = EmbeddedRuntime(work_root=work_root, publish_snapshot=pool_snapshot_publish)
     stop = asyncio.Event()
     tasks = []
     demo = None
@@ -120,7 +117,7 @@ async def serve_embedded(*, host: str, port: int, workload: bool) -> None:
     """The web app, the runtime and the demo workload in one event loop until Ctrl-C."""
     import uvicorn
 
-    from apps.metrics.embedded import RollupThread
+    from apps.embedded.rollups import RollupThread
 
     async with embedded_demo(workload=workload):
         rollups = RollupThread()  # no Celery beat in the embedded mode: history is written here
