@@ -66,10 +66,12 @@ system-deps: sandbox-deps
 demo: $(STAMP) $(DIST) sandbox-deps
 	$(PY) manage.py demo
 
+# lint-imports: the import contracts of pyproject.toml (--no-cache: no cache left in the checkout)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy .
+	PYTHONPATH=.:sdk $(VENV)/bin/lint-imports --no-cache
 
 test-postgres: $(STAMP) $(DIST) system-deps
 	DATABASE_URL=$(POSTGRES_URL) $(VENV)/bin/pytest --create-db
