@@ -1,11 +1,11 @@
 """Versioned wire messages between the scheduler and the node agents.
 
-Every message is a frozen dataclass with ``to_dict()``/``from_dict()``; the dict carries
-``"v"`` (schema version) and ``"type"`` so one stream can hold several kinds of message
-(a node's dispatch stream holds Dispatch, Cancel and TrajectoryEnd; a pool's event stream holds
-ActionResult, NodeRegister and Heartbeat). ``decode_message`` is the single entry point for
-reading. Unknown versions, unknown types or missing fields raise ``MessageError``: a reader never
-guesses a default for a field it did not receive.
+Every message is a frozen dataclass with ``to_dict()``/``from_dict()``, both from one codec driven
+by the fields' type hints (``codec.py``); the dict carries ``"v"`` (schema version) and ``"type"``
+so one stream can hold several kinds of message (a node's dispatch stream holds Dispatch, Cancel
+and TrajectoryEnd; a pool's event stream holds ActionResult, NodeRegister and Heartbeat).
+``decode_message`` is the single entry point for reading. Unknown versions, unknown types,
+missing required fields or values that do not convert raise ``MessageError``.
 
 Resource semantics follow arl-tangram §5.2 (allocate-on-execution): a Dispatch names the exact
 cores (NUMA-aware choice made by the scheduler) and the memory reserved for the trajectory.
@@ -13,12 +13,12 @@ cores (NUMA-aware choice made by the scheduler) and the memory reserved for the 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self, TypeAlias
 
-SCHEMA_VERSION = 1
+from workers.transport.codec import SCHEMA_VERSION as SCHEMA_VERSION
+from workers.transport.codec import MessageError, WireRecord, plan_for, wire
 
 # ``noop`` does nothing and succeeds at once, on any agent: it measures the control plane's own
 # overhead (submit → result minus execution) without a process spawn or an HTTP call.
@@ -52,32 +52,14 @@ REASONS = frozenset(
 DEFAULT_OUTPUT_CAP_BYTES = 64 * 1024
 
 
-class MessageError(ValueError):
-    """A message that cannot be decoded: wrong version, unknown type, missing/invalid field."""
-
-
-def _require(data: dict[str, Any], name: str) -> Any:
-    if name not in data:
-        raise MessageError(f"field {name!r} is missing")
-    return data[name]
-
-
-def _check_header(data: dict[str, Any], expected_type: str) -> None:
-    version = data.get("v")
-    if version != SCHEMA_VERSION:
-        raise MessageError(f"unsupported schema version {version!r} (expected {SCHEMA_VERSION})")
-    if data.get("type") != expected_type:
-        raise MessageError(f"expected type {expected_type!r}, got {data.get('type')!r}")
-
-
 @dataclass(frozen=True)
-class ApiRequestSpec:
+class ApiRequestSpec(WireRecord):
     """The HTTP call an ``api`` action makes (arl-tangram §5.1: quota-limited external APIs)."""
 
     method: str
     url: str
     headers: dict[str, str] = field(default_factory=dict)
-    json_body: Any = None
+    json_body: Any = field(default=None, metadata=wire(key="json"))
     timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
@@ -87,28 +69,9 @@ class ApiRequestSpec:
         if self.timeout_s <= 0:
             raise MessageError(f"api timeout_s must be > 0, got {self.timeout_s}")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "method": self.method,
-            "url": self.url,
-            "headers": dict(self.headers),
-            "json": self.json_body,
-            "timeout_s": self.timeout_s,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ApiRequestSpec:
-        return cls(
-            method=str(_require(data, "method")),
-            url=str(_require(data, "url")),
-            headers={str(k): str(v) for k, v in (data.get("headers") or {}).items()},
-            json_body=data.get("json"),
-            timeout_s=float(data.get("timeout_s", 30.0)),
-        )
-
 
 @dataclass(frozen=True)
-class Dispatch:
+class Dispatch(WireRecord):
     """An allocation: run this action now on these cores (scheduler → agent).
 
     ``command`` may contain ``{dop}``, replaced by ``len(cores)`` at execution (elastic tools,
@@ -130,7 +93,8 @@ class Dispatch:
     command: str | None = None
     cores: tuple[int, ...] = ()
     memory_mb: int = 0
-    timeout_s: float = 60.0
+    # Required on the wire: a reader never guesses how long an action may run.
+    timeout_s: float = field(default=60.0, metadata=wire(required=True))
     output_cap_bytes: int = DEFAULT_OUTPUT_CAP_BYTES
     env: dict[str, str] = field(default_factory=dict)
     api: ApiRequestSpec | None = None
@@ -167,59 +131,9 @@ class Dispatch:
             raise MessageError("dispatch has no command")
         return self.command.replace("{dop}", str(self.dop))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "v": SCHEMA_VERSION,
-            "type": self.TYPE,
-            "action_id": self.action_id,
-            "attempt": self.attempt,
-            "job_id": self.job_id,
-            "kind": self.kind,
-            "trajectory_id": self.trajectory_id,
-            "command": self.command,
-            "cores": list(self.cores),
-            "memory_mb": self.memory_mb,
-            "timeout_s": self.timeout_s,
-            "output_cap_bytes": self.output_cap_bytes,
-            "env": dict(self.env),
-            "api": self.api.to_dict() if self.api else None,
-            "retry_on_redelivery": self.retry_on_redelivery,
-            "end_trajectory": self.end_trajectory,
-            "dispatched_at": self.dispatched_at,
-            "network": self.network,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Dispatch:
-        _check_header(data, cls.TYPE)
-        api = data.get("api")
-        try:
-            return cls(
-                action_id=str(_require(data, "action_id")),
-                attempt=int(_require(data, "attempt")),
-                job_id=str(_require(data, "job_id")),
-                kind=_require(data, "kind"),
-                trajectory_id=data.get("trajectory_id"),
-                command=data.get("command"),
-                cores=tuple(int(c) for c in data.get("cores") or ()),
-                memory_mb=int(data.get("memory_mb", 0)),
-                timeout_s=float(_require(data, "timeout_s")),
-                output_cap_bytes=int(data.get("output_cap_bytes", DEFAULT_OUTPUT_CAP_BYTES)),
-                env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
-                api=ApiRequestSpec.from_dict(api) if api else None,
-                retry_on_redelivery=bool(data.get("retry_on_redelivery", False)),
-                end_trajectory=bool(data.get("end_trajectory", False)),
-                dispatched_at=float(data.get("dispatched_at", 0.0)),
-                network=bool(data.get("network", False)),
-            )
-        except (TypeError, ValueError) as exc:
-            if isinstance(exc, MessageError):
-                raise
-            raise MessageError(f"invalid dispatch: {exc}") from exc
-
 
 @dataclass(frozen=True)
-class Cancel:
+class Cancel(WireRecord):
     """Stop an action (scheduler → agent). ``attempt=None`` cancels whichever attempt runs."""
 
     TYPE: ClassVar[str] = "cancel"
@@ -228,45 +142,18 @@ class Cancel:
     attempt: int | None = None
     reason: str = REASON_CANCELLED
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "v": SCHEMA_VERSION,
-            "type": self.TYPE,
-            "action_id": self.action_id,
-            "attempt": self.attempt,
-            "reason": self.reason,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Cancel:
-        _check_header(data, cls.TYPE)
-        attempt = data.get("attempt")
-        return cls(
-            action_id=str(_require(data, "action_id")),
-            attempt=None if attempt is None else int(attempt),
-            reason=str(data.get("reason", REASON_CANCELLED)),
-        )
-
 
 @dataclass(frozen=True)
-class TrajectoryEnd:
+class TrajectoryEnd(WireRecord):
     """The trajectory is over (scheduler → agent): remove its working dir / container."""
 
     TYPE: ClassVar[str] = "trajectory_end"
 
     trajectory_id: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"v": SCHEMA_VERSION, "type": self.TYPE, "trajectory_id": self.trajectory_id}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrajectoryEnd:
-        _check_header(data, cls.TYPE)
-        return cls(trajectory_id=str(_require(data, "trajectory_id")))
-
 
 @dataclass(frozen=True)
-class ActionResult:
+class ActionResult(WireRecord):
     """How one attempt of an action ended (agent → scheduler, on the pool's event stream).
 
     ``output`` is stdout+stderr (cpu) or the response body (api), decoded as UTF-8 with
@@ -300,35 +187,9 @@ class ActionResult:
     def key(self) -> str:
         return f"{self.action_id}:{self.attempt}"
 
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["cores"] = list(self.cores)
-        return {"v": SCHEMA_VERSION, "type": self.TYPE, **data}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ActionResult:
-        _check_header(data, cls.TYPE)
-        exit_code = data.get("exit_code")
-        http_status = data.get("http_status")
-        return cls(
-            action_id=str(_require(data, "action_id")),
-            attempt=int(_require(data, "attempt")),
-            node_id=str(_require(data, "node_id")),
-            status=_require(data, "status"),
-            exit_code=None if exit_code is None else int(exit_code),
-            output=str(data.get("output", "")),
-            output_truncated=bool(data.get("output_truncated", False)),
-            reason=data.get("reason"),
-            started_at=float(data.get("started_at", 0.0)),
-            finished_at=float(data.get("finished_at", 0.0)),
-            http_status=None if http_status is None else int(http_status),
-            cores=tuple(int(c) for c in data.get("cores") or ()),
-            trajectory_id=data.get("trajectory_id"),
-        )
-
 
 @dataclass(frozen=True)
-class NodeRegister:
+class NodeRegister(WireRecord):
     """A node announces its capacity (agent → scheduler), on start and after reconnecting.
 
     ``numa`` maps NUMA node id → its cores (arl-tangram §5.2: prefer cores of one NUMA node).
@@ -349,43 +210,9 @@ class NodeRegister:
     dispatch_stream: str = ""
     started_at: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "v": SCHEMA_VERSION,
-            "type": self.TYPE,
-            "node_id": self.node_id,
-            "pool": self.pool,
-            "agent_id": self.agent_id,
-            "kind": self.kind,
-            "backend": self.backend,
-            "cores": list(self.cores),
-            "numa": {str(k): list(v) for k, v in self.numa.items()},
-            "memory_mb": self.memory_mb,
-            "concurrency": self.concurrency,
-            "dispatch_stream": self.dispatch_stream,
-            "started_at": self.started_at,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> NodeRegister:
-        _check_header(data, cls.TYPE)
-        return cls(
-            node_id=str(_require(data, "node_id")),
-            pool=str(_require(data, "pool")),
-            agent_id=str(_require(data, "agent_id")),
-            kind=_require(data, "kind"),
-            backend=str(_require(data, "backend")),
-            cores=tuple(int(c) for c in data.get("cores") or ()),
-            numa={int(k): tuple(int(c) for c in v) for k, v in (data.get("numa") or {}).items()},
-            memory_mb=int(data.get("memory_mb", 0)),
-            concurrency=int(data.get("concurrency", 0)),
-            dispatch_stream=str(data.get("dispatch_stream", "")),
-            started_at=float(data.get("started_at", 0.0)),
-        )
-
 
 @dataclass(frozen=True)
-class Heartbeat:
+class Heartbeat(WireRecord):
     """Liveness plus what the agent is running now (``action_id:attempt`` keys)."""
 
     TYPE: ClassVar[str] = "heartbeat"
@@ -396,54 +223,30 @@ class Heartbeat:
     sent_at: float
     running: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "v": SCHEMA_VERSION,
-            "type": self.TYPE,
-            "node_id": self.node_id,
-            "pool": self.pool,
-            "agent_id": self.agent_id,
-            "sent_at": self.sent_at,
-            "running": list(self.running),
-        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Heartbeat:
-        _check_header(data, cls.TYPE)
-        return cls(
-            node_id=str(_require(data, "node_id")),
-            pool=str(_require(data, "pool")),
-            agent_id=str(_require(data, "agent_id")),
-            sent_at=float(_require(data, "sent_at")),
-            running=tuple(str(k) for k in data.get("running") or ()),
-        )
-
-
-def _action_ids(data: dict[str, Any]) -> tuple[int, ...]:
-    raw = _require(data, "action_ids")
+def _action_ids(raw: Any) -> tuple[int, ...]:
     if not isinstance(raw, list):
         raise MessageError("action_ids must be a list")
     try:
-        return tuple(int(i) for i in raw)
+        return tuple(int(action_id) for action_id in raw)
     except (TypeError, ValueError) as exc:
         raise MessageError(f"action_ids must be integers: {exc}") from exc
 
 
+def _records(raw: Any) -> tuple[dict[str, Any], ...]:
+    records = raw or []
+    if not isinstance(records, list) or not all(isinstance(record, dict) for record in records):
+        raise MessageError("records must be a list of objects")
+    return tuple(records)
+
+
 @dataclass(frozen=True)
-class _ActionIds:
+class _ActionIds(WireRecord):
     """A list of action ids from the web process to a pool's scheduler; the rows are the truth."""
 
     TYPE: ClassVar[str] = ""
 
-    action_ids: tuple[int, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"v": SCHEMA_VERSION, "type": self.TYPE, "action_ids": list(self.action_ids)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
-        _check_header(data, cls.TYPE)
-        return cls(action_ids=_action_ids(data))
+    action_ids: tuple[int, ...] = field(metadata=wire(decode=_action_ids))
 
 
 @dataclass(frozen=True)
@@ -459,24 +262,16 @@ class ActionsSubmitted(_ActionIds):
 
     TYPE: ClassVar[str] = "actions_submitted"
 
-    records: tuple[dict[str, Any], ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        data = super().to_dict()
-        if self.records:
-            data["records"] = list(self.records)
-        return data
+    records: tuple[dict[str, Any], ...] = field(
+        default=(), metadata=wire(omit_empty=True, decode=_records)
+    )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Self:
-        _check_header(data, cls.TYPE)
-        ids = _action_ids(data)
-        raw = data.get("records") or []
-        if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
-            raise MessageError("records must be a list of objects")
-        if any(r.get("action_id") not in ids for r in raw):
+        message = super().from_dict(data)
+        if any(record.get("action_id") not in message.action_ids for record in message.records):
             raise MessageError("every record must be one of action_ids")
-        return cls(action_ids=ids, records=tuple(raw))
+        return message
 
 
 @dataclass(frozen=True)
@@ -510,6 +305,9 @@ _BY_TYPE: dict[str, Any] = {
         ActionsCancelled,
     )
 }
+# Every plan worked out once, here: a hint the codec cannot handle fails the import, not a reader.
+for _message_class in _BY_TYPE.values():
+    plan_for(_message_class)
 
 
 def decode_message(data: dict[str, Any]) -> Message:
