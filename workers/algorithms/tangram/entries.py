@@ -1,0 +1,71 @@
+"""What the elastic scheduler hands out and what it keeps per action (arl-tangram §4.2)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from workers.algorithms.tangram.action import ActionSpec
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What the scheduler hands an agent: where, which concrete units, at what DoP."""
+
+    action_id: str
+    node: str
+    units: Mapping[str, int]
+    core_ids: tuple[int, ...]
+    gpu_ids: tuple[int, ...]
+    quota_units: Mapping[str, int]
+    dop: int
+    expected_seconds: float
+    load_seconds: float
+    started_at: float
+
+
+@dataclass(frozen=True)
+class CompletedAction:
+    action_id: str
+    submitted_at: float
+    started_at: float
+    finished_at: float
+    dop: int
+
+    @property
+    def act(self) -> float:
+        """Action completion time: queueing + execution (arl-tangram Eq. 2)."""
+        return self.finished_at - self.submitted_at
+
+
+@dataclass
+class Waiting:
+    spec: ActionSpec
+    submitted_at: float
+
+
+@dataclass
+class Running:
+    spec: ActionSpec
+    submitted_at: float
+    assignment: Assignment
+    group: Hashable
+    expected_end: float
+
+
+@dataclass
+class Candidate:
+    """A waiting action admitted by this pass (Alg. 1 line 3), with the units it would get."""
+
+    entry: Waiting
+    group: Hashable
+    units: dict[str, int]
+    split_key: str | None = None
+    costs: NDArray[np.float64] | None = field(default=None, repr=False)
+
+    def cost_at(self, units: int) -> float:
+        assert self.costs is not None
+        return float(self.costs[units])

@@ -1,0 +1,111 @@
+"""The key units an action may get under the scheduler's live policy (arl-tangram §4.1–§4.2).
+
+DoP bounds (Loom's rule where the paper is silent): ``min_dop``/``max_dop`` narrow a scalable
+action's feasible key units (§4.1's "priors to narrow the search space"), after the topology
+has dropped the counts it could never give one action (``Topology.unit_counts``) and lowered
+``min_dop`` to what every group can give (``Topology.min_dop_cap``). Admission
+(Alg. 1 line 3) reserves the *smallest count of that narrowed set* and DPArrange chooses only
+among that same set, so the all-at-minimum arrangement admission found is always one the DP can
+return: no policy can leave a prefix that "cannot be arranged". Where the bounds exclude every
+feasible count they yield to the demand (``action.bounded_options``); bounds never apply to
+non-scalable actions, which keep their minimum units (§4.2).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from workers.algorithms.tangram.action import ActionSpec, ResourceDemand, bounded_options
+from workers.algorithms.tangram.history import DurationHistory
+from workers.algorithms.tangram.topology.base import Topology
+
+
+class LivePolicy(Protocol):
+    """What sizing reads of its scheduler, live: the policy, the topology, the history."""
+
+    topology: Topology
+    history: DurationHistory
+    algorithm: str
+    depth: int
+    min_dop: int | None
+    max_dop: int | None
+    fixed_dop: int
+
+
+class UnitSizing:
+    def __init__(self, policy: LivePolicy) -> None:
+        self.policy = policy
+        # Each distinct key demand's options under the policy, for one pass (the topology may
+        # gain nodes or change limits between passes).
+        self._options_memo: dict[tuple[str, ResourceDemand], tuple[int, ...]] = {}
+
+    def forget(self) -> None:
+        """Drop the options worked out so far (a new pass, or a new policy)."""
+        self._options_memo.clear()
+
+    def t1(self, spec: ActionSpec) -> float:
+        return self.policy.history.t1(spec)
+
+    def options(self, spec: ActionSpec) -> tuple[int, ...]:
+        """The key units a scalable action may get: what the topology can give one action,
+        narrowed by the DoP bounds (see the module docstring); never empty."""
+        key = spec.key_resource
+        assert key is not None
+        demand = spec.resources[key]
+        memo_key = (key, demand)
+        options = self._options_memo.get(memo_key)
+        if options is None:
+            policy = self.policy
+            feasible = demand.options()
+            usable = policy.topology.unit_counts(key, feasible) or feasible
+            low, cap = policy.min_dop, policy.topology.min_dop_cap(key)
+            if low is not None and cap is not None:
+                low = min(low, cap)
+            options = bounded_options(usable, low, policy.max_dop)
+            self._options_memo[memo_key] = options
+        return options
+
+    def is_elastic(self, spec: ActionSpec) -> bool:
+        return spec.scalable and len(self.options(spec)) > 1
+
+    def least_key_units(self, spec: ActionSpec) -> int:
+        """The key units admission reserves: the smallest option under the policy.
+
+        Equal to the demand's minimum unless ``min_dop`` lies above it (the minimum is always
+        a count the topology can give: ``submit`` checked ``never_fits``), which keeps the
+        common case free of the options lookup.
+        """
+        key = spec.key_resource
+        assert key is not None
+        minimum = spec.resources[key].minimum
+        min_dop = self.policy.min_dop
+        if min_dop is None or min_dop <= minimum or not spec.scalable:
+            return minimum
+        return self.options(spec)[0]
+
+    def request_units(self, spec: ActionSpec) -> dict[str, int]:
+        """The units admission asks the topology for (Alg. 1 line 3; ``fixed-dop``: §6.4)."""
+        units = spec.min_units()
+        key = spec.key_resource
+        if key is None or not spec.scalable:
+            return units
+        if self.policy.algorithm == "fixed-dop":
+            options = self.options(spec)
+            fitting = [u for u in options if u <= self.policy.fixed_dop]
+            units[key] = fitting[-1] if fitting else options[0]
+        else:
+            units[key] = self.least_key_units(spec)
+        return units
+
+    def min_duration(self, spec: ActionSpec) -> float:
+        """Duration at the units admission would reserve (Alg. 2's "minimum resources")."""
+        key = spec.key_resource
+        units = self.least_key_units(spec) if key else 1
+        return spec.duration(units, self.t1(spec))
+
+    def first_options(self, spec: ActionSpec) -> list[float]:
+        """The durations Alg. 2 explores for the first remaining action (``depth`` of them)."""
+        if self.policy.algorithm != "elastic" or not spec.scalable:
+            return [self.min_duration(spec)]
+        t1 = self.t1(spec)
+        return [spec.duration(u, t1) for u in self.options(spec)[: self.policy.depth]]
