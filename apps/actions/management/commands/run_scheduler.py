@@ -15,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.actions.scheduler_store import DjangoActionStore
 from apps.core.live import pool_snapshot_publish
+from controlplane.db_maintenance import DatabaseMaintainer
 from controlplane.redis_client import key_prefix
 from workers.scheduler import SchedulerService, ServiceConfig
 from workers.transport import RedisStreamsTransport, StreamNames
@@ -63,10 +64,15 @@ class Command(BaseCommand):
         # use there. Safe here: each store call is one synchronous call without an await inside,
         # so nothing interleaves on the connection.
         os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+        # The scheduler's store is the heaviest writer: it keeps the tables vacuumed where the
+        # PostgreSQL server's autovacuum is off (controlplane/db_maintenance.py says why).
+        maintainer = DatabaseMaintainer().start()
         try:
             uvloop.run(self._serve(config, StreamNames(prefix=prefix)))
         except LookupError as exc:
             raise CommandError(str(exc)) from exc
+        finally:
+            maintainer.stop()
 
     async def _serve(self, config: ServiceConfig, streams: StreamNames) -> None:
         assert settings.REDIS_URL is not None  # checked in handle()
