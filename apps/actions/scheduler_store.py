@@ -184,7 +184,7 @@ class _SetBasedWriter:
     size (a round trip per batch instead of per row), with the same guards as the row forms.
 
     A batch of one — a lone action's dispatch or result, on the single-action hot path — takes
-    the row form instead: no arrays to build and unnest (0.21 vs 0.36 ms a statement here).
+    the row form instead: no arrays to build and unnest.
     """
 
     def __init__(self, cursor: Any) -> None:
@@ -272,12 +272,12 @@ class DjangoActionStore:
     def api_limits(self, pool: str) -> dict[str, tuple[int, int | None, float | None]]:
         quotas = ApiQuota.objects.filter(Q(pool__name=pool) | Q(pool__isnull=True))
         return {
-            f"api:{q.name}": (
-                q.concurrency_limit,
-                q.quota_per_period,
-                float(q.period_s) if q.period_s else None,
+            f"api:{quota.name}": (
+                quota.concurrency_limit,
+                quota.quota_per_period,
+                float(quota.period_s) if quota.period_s else None,
             )
-            for q in quotas
+            for quota in quotas
         }
 
     def _records(self, actions: Any, pool: str) -> list[ActionRecord]:
@@ -315,8 +315,8 @@ class DjangoActionStore:
                     agent_id=node.agent_version or node.name,
                     kind=kind,
                     backend=str(capacity.get("backend", "local")),
-                    cores=tuple(c for group in numa for c in group),
-                    numa={i: tuple(group) for i, group in enumerate(numa)},
+                    cores=tuple(core for group in numa for core in group),
+                    numa={numa_node: tuple(group) for numa_node, group in enumerate(numa)},
                     memory_mb=node.memory_mb,
                     concurrency=int(capacity.get("concurrency", 0)),
                 )
@@ -350,58 +350,58 @@ class DjangoActionStore:
         with atomic, connection.cursor() as cursor:
             writer = _SetBasedWriter(cursor) if connection.vendor == "postgresql" else None
             if requeued:
-                rows = [(u.action_id, u.reason) for u in requeued]
+                requeue_rows = [(update.action_id, update.reason) for update in requeued]
                 if writer is not None:
-                    writer.requeue(rows)
+                    writer.requeue(requeue_rows)
                 else:
                     cursor.executemany(
                         _REQUEUE_ROW,
                         [
                             (QUEUED, reason, action_id, *REQUEUE.sources)
-                            for action_id, reason in rows
+                            for action_id, reason in requeue_rows
                         ],
                     )
             if scheduled:
-                rows_s = [
+                schedule_rows = [
                     (
-                        u.action_id,
-                        _json(u.allocation),
-                        self._node_pk(u.node),
-                        _moment(u.scheduled_at),
-                        u.attempt,
+                        update.action_id,
+                        _json(update.allocation),
+                        self._node_pk(update.node),
+                        _moment(update.scheduled_at),
+                        update.attempt,
                     )
-                    for u in scheduled
+                    for update in scheduled
                 ]
                 if writer is not None:
-                    moved = writer.schedule(rows_s)
+                    moved = writer.schedule(schedule_rows)
                 else:
-                    for action_id, *columns in rows_s:
+                    for action_id, *columns in schedule_rows:
                         cursor.execute(
                             _SCHEDULE_ROW, (SCHEDULED, *columns, action_id, *SCHEDULE.sources)
                         )
                         if cursor.rowcount == 1:
                             moved.add(action_id)
             if finished:
-                rows_f = [
+                finish_rows = [
                     (
-                        u.action_id,
-                        u.status,
-                        _moment(u.finished_at),
-                        _moment(u.started_at),
-                        u.exit_code,
-                        cap_output(u.output),
-                        u.reason,
+                        update.action_id,
+                        update.status,
+                        _moment(update.finished_at),
+                        _moment(update.started_at),
+                        update.exit_code,
+                        cap_output(update.output),
+                        update.reason,
                     )
-                    for u in finished
+                    for update in finished
                 ]
                 if writer is not None:
-                    returned = writer.finish(rows_f, returning=_progress_fits(rows_f))
+                    returned = writer.finish(finish_rows, returning=_progress_fits(finish_rows))
                     progress = {row[0]: progress_from_row(row[1:]) for row in returned}
                 else:
                     cursor.executemany(
-                        _FINISH_ROW, [(*row[1:], row[0], *FINISH.sources) for row in rows_f]
+                        _FINISH_ROW, [(*row[1:], row[0], *FINISH.sources) for row in finish_rows]
                     )
-            ended = [u.action_id for u in finished]
+            ended = [update.action_id for update in finished]
             if ended:
                 publish = functools.partial(publish_action_ended, ended, progress or None)
                 transaction.on_commit(publish)
