@@ -291,6 +291,25 @@ def rest_single_mode(url: str, key: str, total: int, *, one_request: bool) -> li
     return overheads
 
 
+def durable_commits(database_url: str, count: int) -> list[float]:
+    """Milliseconds of one synchronous commit (a one-row UPDATE in autocommit) on the run's
+    database: the floor under ``rest_run@1``, whose path holds two such commits in series —
+    the scheduled transition (an action runs at most once) and its end (what the client is told
+    is on disk). The submission's own insert commits lazily (``hot_path.flush_commits``)."""
+    import psycopg
+
+    samples: list[float] = []
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bench_commit_floor (id int PRIMARY KEY, n int NOT NULL)")
+        conn.execute("INSERT INTO bench_commit_floor VALUES (1, 0)")
+        for _ in range(count):
+            started = time.perf_counter()
+            conn.execute("UPDATE bench_commit_floor SET n = n + 1 WHERE id = 1")
+            samples.append((time.perf_counter() - started) * 1000)
+        conn.execute("DROP TABLE bench_commit_floor")
+    return samples
+
+
 def healthz_latencies(url: str, count: int) -> list[float]:
     """``GET /healthz`` on one keep-alive connection: a server's floor per request."""
     import http.client
@@ -404,6 +423,7 @@ def measure(sizes: dict[str, Any]) -> dict[str, Any]:
             results: dict[str, Any] = {
                 "celery": _summary(celery_round_trips(children, sizes["celery"])),
                 "web_floor_healthz": web_floor(env, children, url, sizes["healthz"]),
+                "durable_commit": _summary(durable_commits(database, sizes["celery"])),
             }
             # Single actions through the REST API, one client: interleaved rounds of the four
             # forms, so the machine's noise lands on all of them alike.
@@ -473,7 +493,10 @@ def _plot(results: dict[str, Any]) -> None:
     labels, p50, p99 = [], [], []
     for name, value in results.items():
         summary = value.get("amortised", value) if isinstance(value, dict) else None
-        if name in ("throughput", "single@1_legs", "web_floor_healthz") or summary is None:
+        if (
+            name in ("throughput", "single@1_legs", "web_floor_healthz", "durable_commit")
+            or summary is None
+        ):
             continue
         labels.append(name if name == "celery" else f"loom {name}")
         p50.append(summary["p50_ms"])
@@ -539,6 +562,10 @@ def run(quick: bool) -> BenchReport:
     # The absolute figure is information only (series ``rest_run@1``): the target is the ratio.
     single_ratio = results["rest_run@1"]["p50_ms"] / celery_p50
     report.series["rest_run@1"]["over_celery_p50"] = single_ratio
+    # Information, not a target: two synchronous commits alone, over the baseline's round trip.
+    report.series["durable_commit"]["two_over_celery_p50"] = (
+        2 * results["durable_commit"]["p50_ms"] / celery_p50
+    )
     report.targets.append(
         Target.at_most(
             "single@1_rest_overhead_p50_over_celery_p50", single_ratio, SINGLE_OVER_CELERY

@@ -388,6 +388,8 @@ def measure(shape: Shape) -> dict[str, Any]:
             ended = time.monotonic()
             quiet = django_env(database, prefix=prefix)
             counts = run_child("bench.soak.database_counts", quiet, seeded["job"])
+            # Where it is off, the scheduler vacuums and analyzes (controlplane/db_maintenance.py)
+            autovacuum = _server_setting(database, "autovacuum")
         except Exception as exc:
             raise RuntimeError(f"{exc}\n{cluster.logs()}") from exc
         finally:
@@ -396,11 +398,20 @@ def measure(shape: Shape) -> dict[str, Any]:
     names = [name for name in pids if name != "loadgen"]
     results = summarise(shape, load, sampler.samples, counts, names)
     results["loom_processes"] = names
+    results["postgres_autovacuum"] = autovacuum
     results["startup_s"] = startup_s
     results["generator_wall_s"] = generator_wall_s
     results["count_and_stop_s"] = shutdown_s
     results["wall_s"] = time.monotonic() - wall_started
     return results
+
+
+def _server_setting(database_url: str, name: str) -> str:
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute("SELECT current_setting(%s)", [name]).fetchone()
+    return str(row[0]) if row else "unknown"
 
 
 # --- summaries ------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ def test_every_mode_measures_noop_round_trips() -> None:
     except Unavailable as exc:
         pytest.skip(str(exc))
     assert result["celery"]["n"] == 5 and result["celery"]["p50_ms"] > 0
+    assert result["durable_commit"]["n"] == 5 and result["durable_commit"]["p50_ms"] > 0
     for form in ("rest_run@1", "rest_two@1", "sdk_run@1", "single@1"):
         assert result[form]["n"] == 5 and result[form]["p50_ms"] > 0, form
     for name in ("single@2_uncoalesced", "single@2_coalesced"):
