@@ -33,7 +33,10 @@ TERMINAL_STATUSES = tuple(ActionStatus(status) for status in transitions.TERMINA
 
 
 class Action(models.Model):
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="actions")
+    # Every index is written on each insert and on each status change (status is indexed, so no
+    # update is HOT): job and pool lookups use the composite indexes below, whose first column
+    # they are, instead of an index of their own.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="actions", db_index=False)
     trajectory = models.ForeignKey(
         Trajectory, null=True, blank=True, on_delete=models.SET_NULL, related_name="actions"
     )
@@ -44,7 +47,12 @@ class Action(models.Model):
         Service, null=True, blank=True, on_delete=models.PROTECT, related_name="actions"
     )
     pool = models.ForeignKey(
-        ResourcePool, null=True, blank=True, on_delete=models.PROTECT, related_name="actions"
+        ResourcePool,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="actions",
+        db_index=False,
     )
     command = models.TextField(blank=True, default="")
     payload = models.JSONField(null=True, blank=True)
@@ -87,7 +95,6 @@ class Action(models.Model):
         indexes = [
             models.Index(fields=["pool", "status", "submitted_at"], name="action_pool_status_sub"),
             models.Index(fields=["job", "status", "submitted_at"], name="action_job_status_sub"),
-            models.Index(fields=["trajectory"], name="action_trajectory"),
         ]
         constraints = [
             models.UniqueConstraint(
