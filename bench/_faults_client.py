@@ -21,7 +21,7 @@ from bench._cluster import wait_until
 POOL = "cpu"
 TERMINAL = ("succeeded", "failed", "cancelled", "timed_out")
 ACTION_TIMEOUT_S = 20.0  # each action's own timeout: a hung one ends well within a scenario
-SCHEDULER_GAVE_UP = "timeout: no result from"  # workers/scheduler/service.py _check_deadlines
+SCHEDULER_GAVE_UP = "timeout: no result from"  # workers/scheduler/ledger.py check_deadlines
 
 
 # --- the client side -------------------------------------------------------------------------

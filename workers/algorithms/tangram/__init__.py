@@ -31,7 +31,10 @@ Introspection for the dashboard: ``waiting_count``, ``running_count``, ``running
 
 Modules: ``action`` (formulation, Eq. 1), ``history`` (running averages), ``dparrange``
 (Alg. 3 with the basic and GPU-chunk operators, Alg. 4), ``objective`` (Alg. 2), ``scheduler``
-(Alg. 1), ``topology`` (basic §5.1, CPU §5.2, GPU §5.3 behind one interface).
+(Alg. 1: admission, the queue, starting actions), ``sizing`` (the units an action may get under the
+live policy), ``eviction`` (Alg. 1 lines 5–12: the elastic split, cost and tail eviction),
+``entries`` (the scheduler's records), ``policy`` (policy validation), ``topology`` (basic §5.1,
+CPU §5.2, GPU §5.3 behind one interface).
 """
 
 from workers.algorithms.tangram.action import ActionSpec, Elasticity, ResourceDemand

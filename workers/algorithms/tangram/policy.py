@@ -18,7 +18,7 @@ Loom's rules where the paper is silent:
 - ``dop_limit`` is the most key units one action can ever hold in the pool (the caller knows
   the pool: the largest node's cores or GPUs, an API's concurrency) and bounds every DoP field;
   ``min_dop_limit`` is what *every* node can give one action (the smallest node) and bounds
-  ``min_dop``, since an action pinned to a smaller node could never start (scheduler.py lowers
+  ``min_dop``, since an action pinned to a smaller node could never start (sizing.py lowers
   such a ``min_dop`` if a pool shrinks after the edit). ``None`` when unknown (a pool with no
   node yet): then only the fields' own bounds apply.
 """
