@@ -1,9 +1,13 @@
-"""Shared fixtures for the Django side: API clients for a job key, another job's key, staff."""
+"""Shared fixtures for the Django side (API clients for a job key, another job's key, staff), the
+``processes`` marker the suite gives itself, and one test database per concurrent run."""
 
 from __future__ import annotations
 
 import fcntl
+import os
+import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -82,11 +86,15 @@ _held_database_slot: list[IO[str]] = []
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
     """Concurrent pytest runs on one machine (an edit loop beside a full run) each get a test
     database of their own: the first slot whose lock file no other live run holds. Slot 0 keeps
-    the plain name, so a lone run reuses the database ``--reuse-db`` kept."""
+    the plain name, so a lone run reuses the database ``--reuse-db`` kept. Under xdist each worker
+    already has its suffix (``_gw0``…) and takes slots of that worker's own, so a lone parallel
+    run reuses its workers' databases too."""
     from pytest_django.fixtures import _set_suffix_to_test_databases
 
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     for slot in range(_DATABASE_SLOTS):
-        lock = open(f"{tempfile.gettempdir()}/loom-test-database-{slot}.lock", "w")  # noqa: SIM115
+        path = f"{tempfile.gettempdir()}/loom-test-database-{worker}-{slot}.lock"
+        lock = open(path, "w")  # noqa: SIM115
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -129,3 +137,67 @@ def redis_url() -> str:
     except redis.RedisError as exc:
         pytest.skip(f"Redis at {url} is not reachable: {exc}")
     return url
+
+
+# --- Tests that start real processes ----------------------------------------------------------
+
+# Directories where every test starts real processes or runs a benchmark: agents and their
+# sandboxes (a local backend built in the test's body), the benchmarks' cores, the deploy
+# scripts. Elsewhere, a fixture that starts processes requests ``starts_processes``, and a test
+# that starts one in its own body carries the mark itself.
+PROCESS_DIRECTORIES = ("tests/workers/agents/", "tests/bench/", "tests/deploy/")
+# Tests marked so start processes too (dockerd, Chromium).
+PROCESS_MARKERS = ("docker", "e2e")
+SPAWN_EVENTS = frozenset(
+    {"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.system"}
+)
+# A library's one-off probe, not a process a test starts: loky (under scikit-learn) counts the
+# physical cores with ``lscpu`` once per process.
+PROBES = frozenset({"lscpu"})
+_spawned: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def starts_processes() -> None:
+    """Requested by each fixture that starts real processes (sandboxed actions, subprocesses,
+    dockerd, Chromium): the tests using it are marked ``processes``."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``processes`` by fixture, directory or marker, before ``-m`` deselects. ``make test`` runs
+    these one at a time after the others ran in parallel: they share the cores their actions are
+    pinned to, the sandbox user's process limit (a fork-bomb test fills it), dockerd, Chromium."""
+    for item in items:
+        if (
+            "starts_processes" in getattr(item, "fixturenames", ())
+            or item.nodeid.startswith(PROCESS_DIRECTORIES)
+            or any(item.get_closest_marker(name) for name in PROCESS_MARKERS)
+        ):
+            item.add_marker(pytest.mark.processes)
+
+
+def _record_spawn(event: str, args: tuple[Any, ...]) -> None:
+    if event in SPAWN_EVENTS and not (event == "subprocess.Popen" and str(args[0]) in PROBES):
+        _spawned.append(f"{event} {str(args)[:200]}")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A run none of whose tests is marked to start processes (``make test-fast``, one pure
+    package) holds them to it: a test that starts one anyway fails, saying what it started."""
+    if not any(item.get_closest_marker("processes") for item in session.items):
+        sys.addaudithook(_record_spawn)
+
+
+@pytest.fixture(autouse=True)
+def _starts_no_unmarked_process() -> Iterator[None]:
+    _spawned.clear()
+    yield
+    if _spawned:
+        started = list(_spawned)
+        _spawned.clear()
+        pytest.fail(
+            f"started a process without the `processes` mark: {started}; mark the test, or have "
+            "the fixture that starts it request `starts_processes` (tests/conftest.py)",
+            pytrace=False,
+        )

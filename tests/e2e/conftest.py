@@ -98,7 +98,9 @@ class DaphneThread(threading.Thread):
 
 
 @pytest.fixture(scope="session")
-def asgi_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
+def asgi_server(
+    django_db_setup: Any, django_db_blocker: Any, starts_processes: None
+) -> Iterator[str]:
     _frontend_built()
     server = DaphneThread()
     server.start()
@@ -110,7 +112,7 @@ def asgi_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def browser(starts_processes: None) -> Iterator[Any]:
     """Module-scoped: pytest-django runs non-database tests after these, and Playwright's event
     loop on the main thread must be gone by then (pytest-asyncio needs that thread free)."""
     executable = _chromium_or_skip()

@@ -25,7 +25,9 @@ from workers.agents.common import procs
 
 
 @pytest.fixture
-async def loom(tmp_path: Path) -> AsyncIterator[tuple[AsyncClient, EmbeddedRuntime]]:
+async def loom(
+    tmp_path: Path, starts_processes: None
+) -> AsyncIterator[tuple[AsyncClient, EmbeddedRuntime]]:
     def set_up() -> str:
         pool = PoolFactory.create(name="cpu", kind=PoolKind.CPU)
         # Created before the runtime starts: on SQLite (in-memory, shared cache) a write racing
@@ -62,7 +64,9 @@ def postgres_url() -> str:
 
 
 @pytest.fixture
-def cluster(redis_url: str, postgres_url: str, tmp_path: Path) -> Iterator[Cluster]:
+def cluster(
+    redis_url: str, postgres_url: str, tmp_path: Path, starts_processes: None
+) -> Iterator[Cluster]:
     pool = f"rec-{uuid.uuid4().hex[:8]}"
     PoolFactory.create(name=pool, kind=PoolKind.CPU)
     running = Cluster(redis_url=redis_url, database_url=postgres_url, work=tmp_path, pool=pool)

@@ -207,8 +207,8 @@ def _hang_up_after(hangup: Hangup, seconds: float) -> threading.Timer:
 def test_a_long_poll_ends_when_its_client_hangs_up(job_actor, endpoint):
     action = ActionFactory.create(job=job_actor.job)
     hangup = Hangup()
+    started = time.monotonic()  # before the timer starts: elapsed covers its whole delay
     timer = _hang_up_after(hangup, 0.2)
-    started = time.monotonic()
     client, meta = job_actor.client, {HANGUP_KEY: hangup}
     if endpoint == "result":
         response = client.get(f"/api/v1/actions/{action.pk}/result/", {"wait": "20"}, **meta)

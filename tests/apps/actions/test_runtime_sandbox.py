@@ -24,7 +24,11 @@ from workers.agents.cpu.agent import CpuAgent
 from workers.agents.cpu.local import LocalBackend
 from workers.agents.cpu.sandbox import DEFAULT_PATH, SandboxUnavailable
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(60),
+    pytest.mark.processes,
+]
 
 
 def _local_backends(runtime: EmbeddedRuntime) -> list[LocalBackend]:

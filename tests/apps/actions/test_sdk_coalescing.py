@@ -346,6 +346,7 @@ def _loop_answers_in_child(client: Any, answers: Any) -> None:
         answers.put(loop.call(asyncio.sleep(0, result=42)))
 
 
+@pytest.mark.processes
 def test_a_forked_child_gets_a_loop_thread_of_its_own() -> None:
     """A trainer that forks workers after using a Client: the child inherits the loop object but
     not its thread; a call there must start a new one, never wait on the dead one forever."""

@@ -125,12 +125,14 @@ def _settings_subprocess(module: str, **environ: str) -> subprocess.CompletedPro
     )
 
 
+@pytest.mark.processes
 def test_prod_requires_a_secret_key(tmp_path):
     result = _settings_subprocess("controlplane.settings.prod", LOOM_VAR_DIR=str(tmp_path))
     assert result.returncode != 0
     assert "LOOM_SECRET_KEY: required in production" in result.stderr
 
 
+@pytest.mark.processes
 def test_redis_url_switches_off_the_embedded_mode(tmp_path):
     embedded = _settings_subprocess("controlplane.settings.dev", LOOM_VAR_DIR=str(tmp_path))
     assert embedded.stdout.split() == ["True", "True", "channels.layers.InMemoryChannelLayer"]
@@ -144,6 +146,7 @@ def test_redis_url_switches_off_the_embedded_mode(tmp_path):
     assert with_redis.stdout.split() == ["False", "False", "channels_redis.core.RedisChannelLayer"]
 
 
+@pytest.mark.processes
 def test_malformed_env_stops_start_up(tmp_path):
     result = _settings_subprocess(
         "controlplane.settings.dev", LOOM_VAR_DIR=str(tmp_path), DATABASE_URL="mysql://x/y"

@@ -531,6 +531,7 @@ def test_hangup_runs_each_callback_once_and_late_ones_at_once() -> None:
     assert calls == ["early", "late"] and hangup.happened
 
 
+@pytest.mark.processes
 def test_abandoned_long_polls_do_not_hold_a_real_servers_threads(tmp_path: Path) -> None:
     """uvicorn, a bridge of 2 threads, 6 long-polls whose clients hang up: the next request is
     served at once (it would queue ~30 s behind them if hang-ups went unnoticed)."""

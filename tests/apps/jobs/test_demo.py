@@ -24,7 +24,12 @@ from apps.embedded.management.commands.demo import embedded_demo
 from apps.trajectories.models import Trajectory, TrajectoryStatus
 from workers.demo.projects import parse_suite
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.processes,
+    pytest.mark.timeout(300),
+]
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 ENOUGH_SUITES = 4

@@ -176,7 +176,7 @@ def unique_node_id(request: pytest.FixtureRequest, prefix: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def dockerd() -> Iterator[tuple[DockerDaemon, str]]:
+def dockerd(starts_processes: None) -> Iterator[tuple[DockerDaemon, str]]:
     """A private real dockerd and a locally built busybox image; skips with the reason."""
     try:
         daemon = DockerDaemon.start()

@@ -84,7 +84,7 @@ class Running(Harness):
 
 
 @pytest.fixture
-async def fresh(tmp_path: Path) -> AsyncIterator[Running]:
+async def fresh(tmp_path: Path, starts_processes: None) -> AsyncIterator[Running]:
     """Neither the service nor the agent started yet (the test starts them)."""
     running = Running(tmp_path, CountingStore())
     try:

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+async def harness(tmp_path: Path, starts_processes: None) -> AsyncIterator[Harness]:
     harness = Harness(tmp_path, MemoryStore())
     harness.store.policy = (1, {"algorithm": "elastic", "max_dop": 2})
     async with harness.running() as running:

@@ -114,7 +114,9 @@ class Harness:
 
 
 @pytest.fixture(params=[False, True], ids=["store-thread", "store-inline"])
-async def harness(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+async def harness(
+    tmp_path: Path, request: pytest.FixtureRequest, starts_processes: None
+) -> AsyncIterator[Harness]:
     """Both ways to call the store: a thread of its own, the loop's thread (run_scheduler)."""
     async with Harness(tmp_path, MemoryStore(), store_inline=request.param).running() as running:
         yield running
