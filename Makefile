@@ -2,7 +2,9 @@
 # Neither relies on anything installed by hand: both create .venv and install from requirements/,
 # build the dashboard with npm and install the sandbox's Debian packages (bubblewrap, slirp4netns);
 # test also installs Chromium and Docker and starts a throwaway PostgreSQL and Redis where none is
-# reachable (deploy/dev/with-services.sh, which stops what it started).
+# reachable (deploy/dev/with-services.sh, which stops what it started). `make test-fast`, the edit
+# loop's subset, creates .venv and starts the same servers where none answers; it needs no
+# dashboard build, Chromium or Docker.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,7 +16,8 @@ FRONTEND_SOURCES := $(shell find frontend/src -type f 2>/dev/null) frontend/inde
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/loom
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: demo test test-all lint bench venv frontend frontend-test sandbox-deps system-deps test-postgres test-sqlite
+.PHONY: demo test test-all test-fast lint bench venv frontend frontend-test sandbox-deps system-deps \
+	test-postgres test-sqlite
 
 $(STAMP): requirements/base.txt requirements/dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -73,11 +76,23 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy .
 	PYTHONPATH=.:sdk $(VENV)/bin/lint-imports --no-cache
 
+# Tests marked `processes` (tests/conftest.py: they start real processes, dockerd or Chromium, or
+# run a benchmark) share cores, the sandbox user's process limit and daemons: they run one at a
+# time, after the others ran on every core (pytest-xdist, a test database per worker). SQLite: the
+# apps' tests, none needing Chromium or Docker.
 test-postgres: $(STAMP) $(DIST) system-deps
-	DATABASE_URL=$(POSTGRES_URL) $(VENV)/bin/pytest --create-db
+	DATABASE_URL=$(POSTGRES_URL) $(VENV)/bin/pytest --create-db -n auto -m "not processes"
+	DATABASE_URL=$(POSTGRES_URL) $(VENV)/bin/pytest --create-db -m processes
 
 test-sqlite: $(STAMP) $(DIST)
-	DATABASE_URL= $(VENV)/bin/pytest --create-db -m "not e2e and not docker" tests/apps
+	DATABASE_URL= $(VENV)/bin/pytest --create-db -n auto -m "not processes" tests/apps
+	DATABASE_URL= $(VENV)/bin/pytest --create-db -m "processes and not e2e and not docker" tests/apps
+
+# The edit loop's subset on PostgreSQL: no test that starts real processes (a test in it that
+# starts one fails, saying so), nothing slow.
+test-fast: $(STAMP)
+	deploy/dev/with-services.sh env DATABASE_URL=$(POSTGRES_URL) \
+		$(VENV)/bin/pytest -n auto -m "not processes and not slow"
 
 test:
 	deploy/dev/with-services.sh $(MAKE) test-all
