@@ -77,16 +77,22 @@ lint: $(STAMP)
 	PYTHONPATH=.:sdk $(VENV)/bin/lint-imports --no-cache
 
 # Tests marked `processes` (tests/conftest.py: they start real processes, dockerd or Chromium, or
-# run a benchmark) share cores, the sandbox user's process limit and daemons: they run one at a
-# time, after the others ran on every core (pytest-xdist, a test database per worker). SQLite: the
-# apps' tests, none needing Chromium or Docker.
+# run a benchmark) share cores, the sandbox user's process limit and daemons: one pytest runs them
+# one at a time while a second runs the others beside it (its own test database; its output is
+# shown after). $(1): DATABASE_URL; $(2): the tests.
+define pytest_beside_processes
+	others=$$(mktemp); \
+	DATABASE_URL=$(1) $(VENV)/bin/pytest --create-db -m "not processes" $(2) >$$others 2>&1 & \
+	pid=$$!; \
+	DATABASE_URL=$(1) $(VENV)/bin/pytest --create-db -m processes $(2); status=$$?; \
+	wait $$pid || status=1; cat $$others; rm -f $$others; exit $$status
+endef
+
 test-postgres: $(STAMP) $(DIST) system-deps
-	DATABASE_URL=$(POSTGRES_URL) $(VENV)/bin/pytest --create-db -n auto -m "not processes"
-	DATABASE_URL=$(POSTGRES_URL) $(VENV)/bin/pytest --create-db -m processes
+	$(call pytest_beside_processes,$(POSTGRES_URL),)
 
 test-sqlite: $(STAMP) $(DIST)
-	DATABASE_URL= $(VENV)/bin/pytest --create-db -n auto -m "not processes" tests/apps
-	DATABASE_URL= $(VENV)/bin/pytest --create-db -m "processes and not e2e and not docker" tests/apps
+	$(call pytest_beside_processes,,tests/apps)
 
 # The edit loop's subset on PostgreSQL: no test that starts real processes (a test in it that
 # starts one fails, saying so), nothing slow.

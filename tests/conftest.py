@@ -165,9 +165,9 @@ def starts_processes() -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """``processes`` by fixture, directory or marker, before ``-m`` deselects. ``make test`` runs
-    these one at a time after the others ran in parallel: they share the cores their actions are
-    pinned to, the sandbox user's process limit (a fork-bomb test fills it), dockerd, Chromium."""
+    """``processes`` by fixture, directory or marker, before ``-m`` deselects. These tests share
+    the cores their actions are pinned to, the sandbox user's process limit (a fork-bomb test
+    fills it), dockerd and Chromium: ``make test`` runs them one at a time, the others beside."""
     for item in items:
         if (
             "starts_processes" in getattr(item, "fixturenames", ())
