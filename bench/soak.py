@@ -529,10 +529,15 @@ def _second_vs_last(shape: Shape, values: list[tuple[float, Any]]) -> dict[str, 
     known = [(t, float(v)) for t, v in values if v is not None]
     second_median = _median([v for t, v in known if second[0] <= t < second[1]])
     last_median = _median([v for t, v in known if last[0] <= t < last[1]])
+    second_peak = max((v for t, v in known if second[0] <= t < second[1]), default=math.nan)
+    last_peak = max((v for t, v in known if last[0] <= t < last[1]), default=math.nan)
     return {
         "second_window_median": second_median,
         "last_window_median": last_median,
         "ratio": last_median / second_median if second_median else math.nan,
+        "second_window_peak": second_peak,
+        "last_window_peak": last_peak,
+        "peak_ratio": last_peak / second_peak if second_peak else math.nan,
         "max": max((v for _, v in known), default=math.nan),
     }
 
@@ -691,10 +696,14 @@ def run(quick: bool) -> BenchReport:
             RATE_FRACTION_BOUND,
         )
     )
+    # The streams are trimmed as their entries are acknowledged, so their length is a sawtooth
+    # whose window median depends on where in its period each window falls; the window peaks
+    # show growth. The first run of this target compared medians: that ratio stays in the
+    # series (``redis_streams.entries.ratio``) beside the peak ratio the target now reads.
     report.targets.append(
         Target.at_most(
-            "redis_stream_entries_last_over_second_window",
-            results["redis_streams"]["entries"]["ratio"],
+            "redis_stream_entries_peak_last_over_second_window",
+            results["redis_streams"]["entries"]["peak_ratio"],
             RSS_GROWTH_BOUND,
         )
     )
