@@ -292,10 +292,11 @@ def rest_single_mode(url: str, key: str, total: int, *, one_request: bool) -> li
 
 
 def durable_commits(database_url: str, count: int) -> list[float]:
-    """Milliseconds of one synchronous commit (a one-row UPDATE in autocommit) on the run's
-    database: the floor under ``rest_run@1``, whose path holds two such commits in series —
-    the scheduled transition (an action runs at most once) and its end (what the client is told
-    is on disk). The submission's own insert commits lazily (``hot_path.flush_commits``)."""
+    """Seconds of one synchronous commit (a one-row UPDATE in autocommit) on the run's database.
+    ``rest_run@1``'s path holds two such commits in series — the scheduled transition (an action
+    runs at most once) and its end (what the client is told is on disk); the submission's own
+    insert commits lazily (``hot_path.flush_commits``). So two of these are the part of its time
+    that durability costs."""
     import psycopg
 
     samples: list[float] = []
@@ -305,7 +306,7 @@ def durable_commits(database_url: str, count: int) -> list[float]:
         for _ in range(count):
             started = time.perf_counter()
             conn.execute("UPDATE bench_commit_floor SET n = n + 1 WHERE id = 1")
-            samples.append((time.perf_counter() - started) * 1000)
+            samples.append(time.perf_counter() - started)
         conn.execute("DROP TABLE bench_commit_floor")
     return samples
 
