@@ -91,9 +91,12 @@ def server_autovacuum_on() -> bool:
 
 def maintain_once(thresholds: Thresholds = Thresholds()) -> list[tuple[str, Work]]:
     """One pass, where the server's autovacuum is off: :func:`vacuum_and_analyze_due`."""
-    if connection.vendor != "postgresql" or server_autovacuum_on():
-        return []
-    return vacuum_and_analyze_due(thresholds)
+    return vacuum_and_analyze_due(thresholds) if _loom_maintains() else []
+
+
+def _loom_maintains() -> bool:
+    """PostgreSQL whose autovacuum is off: the tables are Loom's to keep."""
+    return connection.vendor == "postgresql" and not server_autovacuum_on()
 
 
 def vacuum_and_analyze_due(thresholds: Thresholds = Thresholds()) -> list[tuple[str, Work]]:
@@ -137,17 +140,17 @@ class DatabaseMaintainer:
         warned = False
         while not self._stop.wait(self.period_s):
             try:
-                if not warned and not server_autovacuum_on():
+                if not _loom_maintains():
+                    continue
+                if not warned:
                     log.warning(
                         "PostgreSQL runs with autovacuum off: Loom vacuums and analyzes its own "
                         "tables (controlplane.db_maintenance)"
                     )
                     warned = True
-                for table, work in maintain_once():
+                for table, work in vacuum_and_analyze_due():
                     log.info("db maintenance: %s %s", work, table)
-            except (
-                Exception
-            ):  # a failed pass must never take the scheduler down; retried next period
+            except Exception:  # never takes the scheduler down: the next period retries
                 log.exception("db maintenance pass failed")
             finally:
                 connection.close()
