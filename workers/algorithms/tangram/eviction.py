@@ -25,12 +25,13 @@ from numpy.typing import NDArray
 
 from workers.algorithms.tangram.action import ActionSpec
 from workers.algorithms.tangram.dparrange import PrefixArrangement
-from workers.algorithms.tangram.entries import Candidate, Waiting
-from workers.algorithms.tangram.objective import approximated_objective
+from workers.algorithms.tangram.entries import Candidate, Running, Waiting
+from workers.algorithms.tangram.objective import Demand, Option, approximated_objective
 from workers.algorithms.tangram.sizing import UnitSizing
 from workers.algorithms.tangram.topology.base import Accommodation, Topology
 
 DEFERRED = "deferred by elastic eviction"
+HOLDING_PRICE_SCALE = 2.0
 
 
 @dataclass
@@ -39,9 +40,13 @@ class _Split:
 
     members: list[Candidate]
     arrangement: PrefixArrangement
-    base_heap: list[float]
+    # release times (relative to now) of the key units held by running and other admitted
+    # actions in the group: the per-unit completion profile before this split starts
+    held: list[float]
+    free_units: int  # key units the split's members may share (the DP's capacity)
     rest: list[Waiting]
-    rest_durations: list[float]
+    rest_demands: list[Demand]
+    price: float  # holding_price for this split
 
 
 class ElasticAllocation:
@@ -53,13 +58,13 @@ class ElasticAllocation:
         sizing: UnitSizing,
         topology: Topology,
         accommodation: Accommodation,
-        running_ends: Mapping[Hashable, Mapping[str, float]],
+        running: Mapping[Hashable, Mapping[str, Running]],
         now: float,
     ) -> None:
         self.sizing = sizing
         self.topology = topology
         self.accommodation = accommodation
-        self.running_ends = running_ends  # per group: the expected end of each running action
+        self.running = running  # per group: its running actions
         self.now = now
 
     def allocate(
@@ -69,7 +74,7 @@ class ElasticAllocation:
         reasons: dict[str, str],
     ) -> None:
         """Widen the kept candidates' key units in place; the evicted get ``DEFERRED``."""
-        sizing, now = self.sizing, self.now
+        sizing = self.sizing
         splits: dict[tuple[Hashable, str], list[Candidate]] = {}
         for cand in candidates:
             resource = self._split_resource(cand.entry.spec)
@@ -85,17 +90,20 @@ class ElasticAllocation:
                 group, key, [(c.entry.spec, c.units) for c in others]
             )
             free_units = _free_units_hint(operator)
-            costs = [self._cost_table(c, key, free_units) for c in members]
-            arrangement = operator.arrange_prefixes(costs)
-            base_heap = [max(0.0, end - now) for end in self.running_ends.get(group, {}).values()]
-            base_heap.extend(sizing.min_duration(c.entry.spec) for c in others if c.group == group)
+            held = self._held_units(group, key, others)
             rest = [
                 entry
                 for entry, entry_group in leftovers
                 if (entry_group is None or entry_group == group) and _uses(entry.spec, key)
             ]
-            rest_durations = [sizing.min_duration(entry.spec) for entry in rest]
-            split = _Split(members, arrangement, base_heap, rest, rest_durations)
+            others_sharing = len(self.running.get(group, {})) + len(members) + len(rest) - 1
+            price = holding_price(others_sharing, len(held) + _free_key_units(operator))
+            costs = [self._cost_table(c, key, free_units, price) for c in members]
+            arrangement = operator.arrange_prefixes(costs)
+            rest_demands = [sizing.min_demand(entry.spec) for entry in rest]
+            split = _Split(
+                members, arrangement, held, _free_key_units(operator), rest, rest_demands, price
+            )
             count = len(members)
             kept = count
             best = self._objective(split, count)
@@ -103,7 +111,7 @@ class ElasticAllocation:
             # whole split is allowed only while something in the group is running or starting;
             # the kept set is always an FCFS prefix, so a deferred head holds back everything
             # behind it in its group and gets the units that completions free.
-            last = count if base_heap else count - 1
+            last = count if held else count - 1
             for evict in range(1, last + 1):
                 trial = self._objective(split, count - evict)
                 if trial >= best:
@@ -123,7 +131,9 @@ class ElasticAllocation:
             return spec.key_resource
         return next((r for r in self.topology.arranged_resources if r in spec.resources), None)
 
-    def _cost_table(self, cand: Candidate, key: str, free_units: int) -> NDArray[np.float64]:
+    def _cost_table(
+        self, cand: Candidate, key: str, free_units: int, price: float
+    ) -> NDArray[np.float64]:
         """``T(k)`` over the feasible ``k`` (inf elsewhere) plus any restore the topology
         reports (Alg. 3's operator-supplied GetDuration); non-elastic: only its own units."""
         sizing = self.sizing
@@ -140,35 +150,94 @@ class ElasticAllocation:
             table = np.full(options[0] + 1, sizing.min_duration(spec))
         mask = np.full(table.shape, np.inf)
         mask[options] = 0.0
-        cand.costs = table + mask
+        cand.durations = table + mask
+        cand.costs = cand.durations
+        if price > 0.0 and sizing.is_elastic(spec):
+            # unit-seconds beyond what the action needs at its least units (see holding_price)
+            least = options[0]
+            work = np.zeros(table.shape)
+            work[options] = np.asarray(options) * table[options]
+            cand.costs = cand.durations + price * np.maximum(0.0, work - least * table[least])
         return cand.costs
+
+    def _priced(self, spec: ActionSpec, price: float) -> list[Option]:
+        """Alg. 2's explored allocations of the first remaining action, each with the holding
+        charge DPArrange would add (so deferring never looks cheaper only for being unpriced)."""
+        options = self.sizing.first_options(spec)
+        if price <= 0.0 or len(options) == 1:
+            return [(units, seconds, 0.0) for units, seconds in options]
+        least_units, least_seconds = self.sizing.min_demand(spec)
+        floor = least_units * least_seconds
+        return [
+            (units, seconds, price * max(0.0, units * seconds - floor))
+            for units, seconds in options
+        ]
+
+    def _held_units(self, group: Hashable, key: str, others: list[Candidate]) -> list[float]:
+        """Release times of the ``key`` units that running actions and the other admitted
+        candidates of ``group`` hold, one entry per unit (the per-unit profile, ``objective``)."""
+        now = self.now
+        held: list[float] = []
+        for running in self.running.get(group, {}).values():
+            units = running.assignment.units.get(key, 0)
+            if units:
+                held.extend([max(0.0, running.expected_end - now)] * units)
+        for cand in others:
+            units = cand.units.get(key, 0)
+            if units and cand.group == group:
+                held.extend([self.sizing.min_duration(cand.entry.spec)] * units)
+        return held
 
     def _objective(self, split: _Split, prefix: int) -> float:
         """Alg. 2 for the candidate prefix ``split.members[:prefix]``; the rest wait."""
         sizing = self.sizing
         alloc = split.arrangement.allocation(prefix)
-        chosen = [float(split.members[index].cost_at(units)) for index, units in enumerate(alloc)]
+        profile = list(split.held)
+        for index, units in enumerate(alloc):
+            profile.extend([split.members[index].duration_at(units)] * units)
+        profile.extend([0.0] * max(0, split.free_units - sum(alloc)))
         evicted = [m.entry.spec for m in split.members[prefix:]]
-        first: list[float] = []
-        later: list[float] = []
+        first: list[Option] = []
+        later: list[Demand] = []
         if evicted:
-            first = sizing.first_options(evicted[0])
-            later = [sizing.min_duration(s) for s in evicted[1:]] + split.rest_durations
+            first = self._priced(evicted[0], split.price)
+            later = [sizing.min_demand(s) for s in evicted[1:]] + split.rest_demands
         elif split.rest:
-            first = sizing.first_options(split.rest[0].spec)
-            later = split.rest_durations[1:]
-        return approximated_objective(
-            split.arrangement.best_cost(prefix),
-            split.base_heap,
-            chosen,
-            first,
-            later,
-            sizing.policy.depth,
-        )
+            first = self._priced(split.rest[0].spec, split.price)
+            later = split.rest_demands[1:]
+        return approximated_objective(split.arrangement.best_cost(prefix), profile, first, later)
+
+
+def holding_price(others: int, capacity: int) -> float:
+    """What DPArrange charges per unit-second an allocation wastes (Loom's own, not the paper's).
+
+    DPArrange minimises the candidates' own durations, so a lone candidate always gets every
+    free unit, even at DoP 32 where E(32) is near 0.4, and the actions that arrive while it
+    holds them queue (the Alg. 2 estimate sees only actions already waiting). On ``capacity``
+    work-conserving units shared with ``others`` actions (running, admitted and waiting in the
+    group), each unit-second one action holds is taken from the others at ``1/capacity`` each:
+    their completion times grow by ``others / capacity`` seconds per unit-second. The
+    charge applies only to the unit-seconds beyond the action's work at its least units
+    (``k·T(k) − m·T(m)``: the parallel inefficiency), so an action that scales perfectly is
+    never held back.
+    """
+    return max(0, others) / capacity if capacity > 0 else 0.0
 
 
 def _uses(spec: ActionSpec, resource: str) -> bool:
     return resource in spec.resources
+
+
+def _free_key_units(operator: object) -> int:
+    """Key units the split may share now: the operator's free units (CPU, API) or the GPUs
+    in its free chunks."""
+    free = getattr(operator, "free_units", None)
+    if free is not None:
+        return int(free)
+    chunks = getattr(operator, "free_chunks", None)
+    if chunks is not None:
+        return sum(count * size for count, size in zip(chunks, (1, 2, 4, 8), strict=True))
+    return 0
 
 
 def _free_units_hint(operator: object) -> int:

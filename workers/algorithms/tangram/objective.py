@@ -2,13 +2,28 @@
 
 ``objective = exactObj + approxObj``: the candidates' execution times come exactly from
 DPArrange; the rest of the queue (same key resource) is estimated by inserting each action, at
-its minimum units, into the completion heap in FCFS order — it starts when the earliest running
-action completes. The first remaining action explores ``depth`` allocations (its ``depth``
-smallest feasible unit counts) and the best total wins.
+its minimum units, into the completion heap in FCFS order. The first remaining action explores
+several allocations and the best total wins.
+
+Two refinements of the printed algorithm, both Loom's own:
+
+- **A per-unit completion profile.** Algorithm 2's heap holds one completion time per action,
+  so an estimated action "starts when the earliest running action completes" whatever units it
+  needs and whatever units that completion frees. Here the heap holds one release time per
+  *unit* of the key resource (free units release at 0, a running or just-selected action's units
+  at its end). An action needing ``k`` units starts when ``k`` units have been released (the
+  ``k``-th smallest release time) and holds them until it ends. With every action at one unit
+  this is Algorithm 2; with more, the estimate sees that "wait for 16 cores, then run at 16" can
+  beat "run at 2 now", and that a wide allocation delays the actions queued behind it.
+- **Geometric exploration.** The paper explores the first remaining action at DoP
+  ``1..depth``; we explore those and the doubling ladder up to its largest option
+  (``sizing.UnitSizing.exploration_units``), so a deferral is weighed against a wide start.
 
 Times are relative to ``now``: queueing that already happened is the same for every choice and
 cancels out of the comparison. Algorithm 2 as printed pops the later actions from ``heap``
-rather than ``tmpHeap`` (line 15); we pop from ``tmpHeap``, the evident intent.
+rather than ``tmpHeap`` (line 15); we pop from ``tmpHeap``, the evident intent. Every estimate
+covers the same actions, and each partial sum only grows, so an exploration stops as soon as it
+can no longer beat the best one found (exact, only faster).
 """
 
 from __future__ import annotations
@@ -17,33 +32,63 @@ import heapq
 import math
 from collections.abc import Sequence
 
+# (units of the key resource, seconds) for one estimated action
+Demand = tuple[int, float]
+# an explored allocation of the first remaining action: (units, seconds, extra cost), where the
+# extra cost is the holding charge DPArrange would add for those units (``eviction``)
+Option = tuple[int, float, float]
+
+
+def _place(profile: list[float], units: int, seconds: float) -> float:
+    """Start an action of ``units`` units on the per-unit profile; return its end time."""
+    if not profile:
+        return seconds
+    if units <= 1:
+        end = profile[0] + seconds
+        heapq.heapreplace(profile, end)
+        return end
+    units = min(units, len(profile))
+    start = 0.0
+    for _ in range(units):
+        start = heapq.heappop(profile)
+    end = start + seconds
+    for _ in range(units):
+        heapq.heappush(profile, end)
+    return end
+
 
 def estimate_remaining(
-    completion_heap: Sequence[float],
-    first_options: Sequence[float],
-    rest_durations: Sequence[float],
-    depth: int,
+    profile: Sequence[float],
+    first_options: Sequence[Option],
+    rest: Sequence[Demand],
 ) -> float:
-    """Algorithm 2 ``estimate``: summed completion times of the remaining actions.
+    """Algorithm 2 ``estimate`` on a per-unit profile: the remaining actions' summed ends.
 
-    ``completion_heap``: completion times (relative to now) of running and just-selected actions,
-    already a valid heap. ``first_options``: the first remaining action's durations for its
-    feasible unit counts, smallest count first. ``rest_durations``: the others at minimum units.
+    ``profile``: release times (relative to now) of every unit of the key resource in the group,
+    already a valid heap. ``first_options``: the first remaining action's explored allocations
+    (their extra cost counts in the total, not in the times).
+    ``rest``: the others, in FCFS order, at the units admission would reserve.
     """
     if not first_options:
         return 0.0
     best = math.inf
-    heappop, heapreplace, heappush = heapq.heappop, heapq.heapreplace, heapq.heappush
-    for first in first_options[: max(1, depth)]:
-        heap = list(completion_heap)
-        start = heappop(heap) if heap else 0.0
-        end = start + first
-        total = end
-        heappush(heap, end)
-        for duration in rest_durations:
-            end = heap[0] + duration
-            heapreplace(heap, end)
-            total += end
+    heapreplace = heapq.heapreplace
+    all_single = all(units <= 1 for units, _ in rest)
+    for units, seconds, extra in first_options:
+        heap = list(profile)
+        total = _place(heap, units, seconds) + extra
+        if all_single and heap:
+            for _, duration in rest:
+                end = heap[0] + duration
+                heapreplace(heap, end)
+                total += end
+                if total >= best:
+                    break
+        else:
+            for demand_units, duration in rest:
+                total += _place(heap, demand_units, duration)
+                if total >= best:
+                    break
         if total < best:
             best = total
     return best
@@ -51,14 +96,14 @@ def estimate_remaining(
 
 def approximated_objective(
     candidate_total: float,
-    base_heap: Sequence[float],
-    candidate_durations: Sequence[float],
-    first_options: Sequence[float],
-    rest_durations: Sequence[float],
-    depth: int,
+    profile: list[float],
+    first_options: Sequence[Option],
+    rest: Sequence[Demand],
 ) -> float:
-    """Algorithm 2 ``getApproximatedObjective``: exact candidate ACTs + estimated rest."""
-    heap = list(base_heap)
-    heap.extend(candidate_durations)
-    heapq.heapify(heap)
-    return candidate_total + estimate_remaining(heap, first_options, rest_durations, depth)
+    """Algorithm 2 ``getApproximatedObjective``: exact candidate ACTs + estimated rest.
+
+    ``profile`` is the per-unit release profile after the candidates start (any order: it is
+    heapified here, in place).
+    """
+    heapq.heapify(profile)
+    return candidate_total + estimate_remaining(profile, first_options, rest)

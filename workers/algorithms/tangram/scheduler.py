@@ -59,7 +59,7 @@ class ElasticScheduler:
         self.history = history if history is not None else DurationHistory()
         self._waiting: dict[str, Waiting] = {}
         self._running: dict[str, Running] = {}
-        self._running_by_group: dict[Hashable, dict[str, float]] = {}
+        self._running_by_group: dict[Hashable, dict[str, Running]] = {}
         self._wait_reasons: dict[str, str] = {}
         self._sizing = UnitSizing(self)
         self.passes = 0
@@ -253,7 +253,7 @@ class ElasticScheduler:
                 sizing=self._sizing,
                 topology=self.topology,
                 accommodation=accommodation,
-                running_ends=self._running_by_group,
+                running=self._running_by_group,
                 now=now,
             ).allocate(candidates, leftovers, reasons)
         selected = [c for c in candidates if c.entry.spec.action_id not in reasons]
@@ -307,14 +307,15 @@ class ElasticScheduler:
         )
         del self._waiting[spec.action_id]
         end = now + allocation.load_seconds + expected
-        self._running[spec.action_id] = Running(
+        running = Running(
             spec=spec,
             submitted_at=entry.submitted_at,
             assignment=assignment,
             group=group,
             expected_end=end,
         )
-        self._running_by_group.setdefault(group, {})[spec.action_id] = end
+        self._running[spec.action_id] = running
+        self._running_by_group.setdefault(group, {})[spec.action_id] = running
         return assignment
 
 

@@ -97,15 +97,33 @@ class UnitSizing:
             units[key] = self.least_key_units(spec)
         return units
 
-    def min_duration(self, spec: ActionSpec) -> float:
-        """Duration at the units admission would reserve (Alg. 2's "minimum resources")."""
+    def min_demand(self, spec: ActionSpec) -> tuple[int, float]:
+        """Key units admission would reserve and the duration there (Alg. 2's "minimum
+        resources"); an action without a key resource counts as one unit."""
         key = spec.key_resource
         units = self.least_key_units(spec) if key else 1
-        return spec.duration(units, self.t1(spec))
+        return units, spec.duration(units, self.t1(spec))
 
-    def first_options(self, spec: ActionSpec) -> list[float]:
-        """The durations Alg. 2 explores for the first remaining action (``depth`` of them)."""
+    def min_duration(self, spec: ActionSpec) -> float:
+        return self.min_demand(spec)[1]
+
+    def exploration_units(self, spec: ActionSpec) -> list[int]:
+        """The key units Alg. 2 explores for the first remaining action: the paper's first
+        ``depth`` options, plus (Loom's own) the doubling ladder from the smallest option to the
+        largest, so that a deferral is weighed against a wide start (see ``objective``)."""
+        options = self.options(spec)
+        chosen = set(options[: self.policy.depth])
+        rung = options[0]
+        for units in options:
+            if units >= rung:
+                chosen.add(units)
+                rung = 2 * units
+        chosen.add(options[-1])
+        return sorted(chosen)
+
+    def first_options(self, spec: ActionSpec) -> list[tuple[int, float]]:
+        """The allocations Alg. 2 explores for the first remaining action, with durations."""
         if self.policy.algorithm != "elastic" or not spec.scalable:
-            return [self.min_duration(spec)]
+            return [self.min_demand(spec)]
         t1 = self.t1(spec)
-        return [spec.duration(u, t1) for u in self.options(spec)[: self.policy.depth]]
+        return [(u, spec.duration(u, t1)) for u in self.exploration_units(spec)]

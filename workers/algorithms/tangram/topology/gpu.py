@@ -7,14 +7,18 @@ splitting it when ``b > a``; among chunks of that level the one already caching 
 service wins. Released chunks coalesce with their free buddy.
 
 *Breakdown*: every service keeps an invariant copy in CPU memory; a chunk that does not cache the
-service restores it (``load_seconds`` added to the action), evicting least-recently-used cached
-services from the chunk's GPUs until the service's per-GPU footprint fits. Different DoPs of a
-service are distinct cached instances. At most one action runs on a GPU at any time.
+service restores it (the topology's ``loader`` gives the seconds, added to the action), evicting
+least-recently-used cached services from the chunk's GPUs until the service's per-GPU footprint
+fits. Different DoPs of a service are distinct cached instances. At most one action runs on a GPU
+at any time.
+
+Nodes may differ in size (1, 2, 4 or 8 GPUs each), so a pool can be any number of GPUs: whole
+nodes plus a part of one, as a share of a cluster is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from workers.algorithms.tangram.action import ActionSpec
@@ -60,8 +64,33 @@ class GpuServiceSpec:
         return self.load_overhead_s + self.footprint_mb(gpus) / self.load_mb_per_s
 
 
+# Seconds to bring a service onto ``gpus`` GPUs: EOE's restore from pinned CPU memory
+# (``GpuServiceSpec.load_seconds``, the default) or another system's loader (a baseline's).
+Loader = Callable[[GpuServiceSpec, int], float]
+
+
+def pinned_memory_restore(service: GpuServiceSpec, gpus: int) -> float:
+    """§5.3: every GPU of the chunk restores its shard from the invariant CPU-memory copy."""
+    return service.load_seconds(gpus)
+
+
+def split_into_nodes(gpus: int, node_size: int = 8) -> list[int]:
+    """Node sizes for a pool of ``gpus`` GPUs: whole ``node_size`` nodes, then the remainder as
+    buddy-sized parts (e.g. 13 -> [8, 4, 1])."""
+    if gpus < 1 or node_size not in CHUNK_SIZES:
+        raise ValueError(f"need gpus >= 1 and node_size in {CHUNK_SIZES}")
+    sizes = [node_size] * (gpus // node_size)
+    rest = gpus % node_size
+    sizes += [size for size in reversed(CHUNK_SIZES) if rest & size]
+    return sizes
+
+
 class GpuTopology(Topology):
-    """Nodes of ``gpus_per_node`` GPUs (1, 2, 4 or 8) with a per-GPU service cache."""
+    """Nodes of 1, 2, 4 or 8 GPUs with a per-GPU service cache.
+
+    ``gpus_per_node``: one size for every node, or one per node (in ``node_names`` order).
+    ``loader``: the seconds a service takes to come onto a chunk (default: EOE's restore).
+    """
 
     kind = "gpu"
 
@@ -69,30 +98,36 @@ class GpuTopology(Topology):
         self,
         node_names: Sequence[str],
         services: Mapping[str, GpuServiceSpec],
-        gpus_per_node: int = 8,
+        gpus_per_node: int | Sequence[int] = 8,
         gpu_memory_mb: float = 80_000.0,
         prefer_cached: bool = True,
-        load_multiplier: float = 1.0,
+        loader: Loader = pinned_memory_restore,
     ) -> None:
-        if gpus_per_node not in CHUNK_SIZES:
-            raise ValueError(f"gpus_per_node must be one of {CHUNK_SIZES}, got {gpus_per_node}")
         if not node_names or len(set(node_names)) != len(node_names):
             raise ValueError("need at least one node, names unique")
+        sizes = (
+            [gpus_per_node] * len(node_names)
+            if isinstance(gpus_per_node, int)
+            else list(gpus_per_node)
+        )
+        if len(sizes) != len(node_names) or any(size not in CHUNK_SIZES for size in sizes):
+            raise ValueError(f"each node needs a size in {CHUNK_SIZES}, got {gpus_per_node}")
         self.node_names = list(node_names)
-        self.gpus_per_node = gpus_per_node
-        self.total_gpus = gpus_per_node * len(node_names)
+        self.node_gpus = dict(zip(self.node_names, sizes, strict=True))
+        self.gpus_per_node = max(sizes)  # the widest chunk one action can get
+        self.total_gpus = sum(sizes)
         self.gpu_memory_mb = gpu_memory_mb
         self.services = dict(services)
         self.prefer_cached = prefer_cached
-        self.load_multiplier = load_multiplier
+        self.loader = loader
         self.free_chunks: list[set[tuple[str, int]]] = [set() for _ in CHUNK_SIZES]
-        for name in self.node_names:
-            self.free_chunks[_LEVEL[gpus_per_node]].add((name, 0))
+        for name, size in self.node_gpus.items():
+            self.free_chunks[_LEVEL[size]].add((name, 0))
         self.busy: dict[str, Chunk] = {}
         self.gpu_owner: dict[tuple[str, int], str] = {}
         self.cache_last_used: dict[Instance, float] = {}
         self.memory_used: dict[tuple[str, int], float] = {
-            (n, g): 0.0 for n in self.node_names for g in range(gpus_per_node)
+            (n, g): 0.0 for n, size in self.node_gpus.items() for g in range(size)
         }
         self.loading_until: dict[str, float] = {}
         self.loads = 0
@@ -172,7 +207,7 @@ class GpuTopology(Topology):
                 self.free_chunks[_LEVEL[chunk_size]].add((node, upper))
 
     def _free_coalesce(self, node: str, start: int, size: int) -> None:
-        while size < self.gpus_per_node:
+        while size < self.node_gpus[node]:
             buddy = start ^ size
             level_set = self.free_chunks[_LEVEL[size]]
             if (node, buddy) not in level_set:
@@ -205,7 +240,7 @@ class GpuTopology(Topology):
             self.memory_used[(node, g)] += need
         self.cache_last_used[key] = now
         self.loads += 1
-        return spec.load_seconds(size) * self.load_multiplier
+        return self.loader(spec, size)
 
     def _evict(self, inst: Instance) -> None:
         service, node, start, size = inst
@@ -267,13 +302,15 @@ class GpuTopology(Topology):
                 if n == node
             )
             out[node] = {
-                "gpus": self.gpus_per_node,
+                "gpus": self.node_gpus[node],
                 "free_chunks": free,
                 "busy": {a: c[1:] for a, c in self.busy.items() if c[0] == node},
                 "cached": sorted(
                     f"{s}@{start}+{size}" for s, n, start, size in self.cache_last_used if n == node
                 ),
-                "memory_used_mb": [self.memory_used[(node, g)] for g in range(self.gpus_per_node)],
+                "memory_used_mb": [
+                    self.memory_used[(node, g)] for g in range(self.node_gpus[node])
+                ],
             }
         return out
 
@@ -285,23 +322,38 @@ class _GpuAccommodation(Accommodation):
         self.start = topology.free_counts()
         self.counts: tuple[int, int, int, int] | None = self.start
         self.closed = False
-        self._warm: set[tuple[str, int]] | None = None
+        self._warm: dict[tuple[str, int], int] | None = None
+        self._claims: dict[tuple[str, int], dict[str, int]] = {}
 
-    def restore_seconds(self, spec: ActionSpec, units: int) -> float:
-        """0 when a free chunk already caches ``spec.service`` at this DoP, else its restore."""
-        if spec.service is None:
-            return 0.0
+    def warm_chunks(self, service: str, units: int) -> int:
+        """Free chunks of ``units`` GPUs that cache ``service`` now (§5.3 EOE cache)."""
         if self._warm is None:
             owner = self.topology.gpu_owner
-            self._warm = {
-                (service, size)
-                for service, node, start, size in self.topology.cache_last_used
-                if all((node, g) not in owner for g in range(start, start + size))
-            }
-        if (spec.service, units) in self._warm:
+            warm: dict[tuple[str, int], int] = {}
+            for name, node, start, size in self.topology.cache_last_used:
+                if all((node, g) not in owner for g in range(start, start + size)):
+                    warm[(name, size)] = warm.get((name, size), 0) + 1
+            self._warm = warm
+        return self._warm.get((service, units), 0)
+
+    def restore_seconds(self, spec: ActionSpec, units: int) -> float:
+        """The restore ``spec`` would pay on ``units`` GPUs (§5.3's EOE cost in GetDuration).
+
+        Loom's own refinement of §5.3: a warm chunk serves one action, so the pass hands the
+        free chunks caching ``spec.service`` at this DoP to its candidates in the order they
+        ask (FCFS), and every candidate beyond that count pays the restore. Checking only
+        whether *a* warm chunk exists let every candidate of a service look warm when one
+        chunk was, and the scheduler then picked DoPs whose restores it never counted.
+        Repeated calls for one action give the same answer.
+        """
+        if spec.service is None:
             return 0.0
-        service = self.topology.services[spec.service]
-        return service.load_seconds(units) * self.topology.load_multiplier
+        key = (spec.service, units)
+        claims = self._claims.setdefault(key, {})
+        rank = claims.setdefault(spec.action_id, len(claims))
+        if rank < self.warm_chunks(spec.service, units):
+            return 0.0
+        return self.topology.loader(self.topology.services[spec.service], units)
 
     def add(self, spec: ActionSpec, units: Mapping[str, int]) -> Placement | Blocked:
         after = None if self.counts is None or self.closed else chunk_take(self.counts, units[GPU])
