@@ -45,6 +45,10 @@ class CompletedAction:
 class Waiting:
     spec: ActionSpec
     submitted_at: float
+    # (key units, seconds) at the units admission reserves, cached with the stamp it was
+    # computed under (``sizing.UnitSizing.waiting_demand``)
+    demand: tuple[int, float] | None = None
+    demand_stamp: tuple[int, int] | None = None
 
 
 @dataclass

@@ -25,7 +25,8 @@ from numpy.typing import NDArray
 
 from workers.algorithms.tangram.action import ActionSpec
 from workers.algorithms.tangram.dparrange import PrefixArrangement
-from workers.algorithms.tangram.entries import Candidate, Running, Waiting
+from workers.algorithms.tangram.entries import Candidate, Waiting
+from workers.algorithms.tangram.held import HeldUnits
 from workers.algorithms.tangram.objective import Demand, Option, approximated_objective
 from workers.algorithms.tangram.sizing import UnitSizing
 from workers.algorithms.tangram.topology.base import Accommodation, Topology
@@ -46,6 +47,7 @@ class _Split:
     free_units: int  # key units the split's members may share (the DP's capacity)
     rest: list[Waiting]
     rest_demands: list[Demand]
+    rest_single: bool  # every rest action needs one unit
     price: float  # holding_price for this split
 
 
@@ -58,13 +60,13 @@ class ElasticAllocation:
         sizing: UnitSizing,
         topology: Topology,
         accommodation: Accommodation,
-        running: Mapping[Hashable, Mapping[str, Running]],
+        held: Mapping[Hashable, HeldUnits],
         now: float,
     ) -> None:
         self.sizing = sizing
         self.topology = topology
         self.accommodation = accommodation
-        self.running = running  # per group: its running actions
+        self.held = held  # per group: the units its running actions hold
         self.now = now
 
     def allocate(
@@ -96,13 +98,20 @@ class ElasticAllocation:
                 for entry, entry_group in leftovers
                 if (entry_group is None or entry_group == group) and _uses(entry.spec, key)
             ]
-            others_sharing = len(self.running.get(group, {})) + len(members) + len(rest) - 1
+            others_sharing = len(self.held.get(group, ())) + len(members) + len(rest) - 1
             price = holding_price(others_sharing, len(held) + _free_key_units(operator))
             costs = [self._cost_table(c, key, free_units, price) for c in members]
             arrangement = operator.arrange_prefixes(costs)
-            rest_demands = [sizing.min_demand(entry.spec) for entry in rest]
+            rest_demands = [sizing.waiting_demand(entry) for entry in rest]
             split = _Split(
-                members, arrangement, held, _free_key_units(operator), rest, rest_demands, price
+                members,
+                arrangement,
+                held,
+                _free_key_units(operator),
+                rest,
+                rest_demands,
+                all(units <= 1 for units, _ in rest_demands),
+                price,
             )
             count = len(members)
             kept = count
@@ -135,29 +144,26 @@ class ElasticAllocation:
         self, cand: Candidate, key: str, free_units: int, price: float
     ) -> NDArray[np.float64]:
         """``T(k)`` over the feasible ``k`` (inf elsewhere) plus any restore the topology
-        reports (Alg. 3's operator-supplied GetDuration); non-elastic: only its own units."""
+        reports (Alg. 3's operator-supplied GetDuration: only an action naming a GPU service
+        restores one, §5.3), plus the holding charge; non-elastic: only its own units."""
         sizing = self.sizing
         spec = cand.entry.spec
-        if sizing.is_elastic(spec):
-            options = [u for u in sizing.options(spec) if u <= free_units] or [
-                sizing.options(spec)[0]
-            ]
-            table = spec.duration_table(max(options), sizing.t1(spec))
-            for u in options:
-                table[u] += self.accommodation.restore_seconds(spec, u)
-        else:
-            options = [cand.units.get(key, 0)]
-            table = np.full(options[0] + 1, sizing.min_duration(spec))
-        mask = np.full(table.shape, np.inf)
-        mask[options] = 0.0
-        cand.durations = table + mask
+        if not sizing.is_elastic(spec):
+            units = cand.units.get(key, 0)
+            table = np.full(units + 1, np.inf)
+            table[units] = sizing.waiting_demand(cand.entry)[1]
+            cand.durations = cand.costs = table
+            return table
+        shape = sizing.cost_shape(spec, free_units)
+        t1 = sizing.t1(spec)
+        cand.durations = t1 * shape.inverse_speedup + shape.mask
+        if spec.service is not None:
+            for u in shape.options:
+                cand.durations[u] += self.accommodation.restore_seconds(spec, u)
         cand.costs = cand.durations
-        if price > 0.0 and sizing.is_elastic(spec):
-            # unit-seconds beyond what the action needs at its least units (see holding_price)
-            least = options[0]
-            work = np.zeros(table.shape)
-            work[options] = np.asarray(options) * table[options]
-            cand.costs = cand.durations + price * np.maximum(0.0, work - least * table[least])
+        if price > 0.0:
+            # unit-seconds beyond the action's work at its least units (see holding_price)
+            cand.costs = cand.durations + (price * t1) * shape.wasted_work
         return cand.costs
 
     def _priced(self, spec: ActionSpec, price: float) -> list[Option]:
@@ -176,16 +182,12 @@ class ElasticAllocation:
     def _held_units(self, group: Hashable, key: str, others: list[Candidate]) -> list[float]:
         """Release times of the ``key`` units that running actions and the other admitted
         candidates of ``group`` hold, one entry per unit (the per-unit profile, ``objective``)."""
-        now = self.now
-        held: list[float] = []
-        for running in self.running.get(group, {}).values():
-            units = running.assignment.units.get(key, 0)
-            if units:
-                held.extend([max(0.0, running.expected_end - now)] * units)
+        running = self.held.get(group)
+        held = [] if running is None else running.release_times(key, self.now)
         for cand in others:
-            units = cand.units.get(key, 0)
-            if units and cand.group == group:
-                held.extend([self.sizing.min_duration(cand.entry.spec)] * units)
+            count = cand.units.get(key, 0)
+            if count and cand.group == group:
+                held.extend([self.sizing.waiting_demand(cand.entry)[1]] * count)
         return held
 
     def _objective(self, split: _Split, prefix: int) -> float:
@@ -196,16 +198,20 @@ class ElasticAllocation:
         for index, units in enumerate(alloc):
             profile.extend([split.members[index].duration_at(units)] * units)
         profile.extend([0.0] * max(0, split.free_units - sum(alloc)))
-        evicted = [m.entry.spec for m in split.members[prefix:]]
         first: list[Option] = []
         later: list[Demand] = []
-        if evicted:
-            first = self._priced(evicted[0], split.price)
-            later = [sizing.min_demand(s) for s in evicted[1:]] + split.rest_demands
+        single = split.rest_single
+        if prefix < len(split.members):
+            first = self._priced(split.members[prefix].entry.spec, split.price)
+            evicted = [sizing.waiting_demand(m.entry) for m in split.members[prefix + 1 :]]
+            single = single and all(units <= 1 for units, _ in evicted)
+            later = evicted + split.rest_demands
         elif split.rest:
             first = self._priced(split.rest[0].spec, split.price)
             later = split.rest_demands[1:]
-        return approximated_objective(split.arrangement.best_cost(prefix), profile, first, later)
+        return approximated_objective(
+            split.arrangement.best_cost(prefix), profile, first, later, single
+        )
 
 
 def holding_price(others: int, capacity: int) -> float:

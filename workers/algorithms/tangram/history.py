@@ -43,6 +43,11 @@ class DurationHistory:
         stat = self._by_tool.get(tool)
         return None if stat is None or stat.count == 0 else stat.mean
 
+    def observations(self, tool: str) -> int:
+        """How many durations of ``tool`` were recorded: a stamp for cached estimates."""
+        stat = self._by_tool.get(tool)
+        return 0 if stat is None else stat.count
+
     def t1(self, spec: ActionSpec) -> float:
         """The profiled ``T1`` when known, else the history mean, else the default."""
         if spec.t1 is not None:

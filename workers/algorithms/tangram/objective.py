@@ -21,9 +21,8 @@ Two refinements of the printed algorithm, both Loom's own:
 
 Times are relative to ``now``: queueing that already happened is the same for every choice and
 cancels out of the comparison. Algorithm 2 as printed pops the later actions from ``heap``
-rather than ``tmpHeap`` (line 15); we pop from ``tmpHeap``, the evident intent. Every estimate
-covers the same actions, and each partial sum only grows, so an exploration stops as soon as it
-can no longer beat the best one found (exact, only faster).
+rather than ``tmpHeap`` (line 15); we pop from ``tmpHeap``, the evident intent. The explored
+options are pruned by an exact lower bound (``estimate_remaining``).
 """
 
 from __future__ import annotations
@@ -57,37 +56,79 @@ def _place(profile: list[float], units: int, seconds: float) -> float:
     return end
 
 
+def _rest_ends(heap: list[float], rest: Sequence[Demand], single: bool) -> list[float]:
+    """Place ``rest`` in FCFS order on ``heap`` (consumed); each action's end time."""
+    ends: list[float] = []
+    append = ends.append
+    if single and heap:
+        heapreplace = heapq.heapreplace
+        for _, duration in rest:
+            end = heap[0] + duration
+            heapreplace(heap, end)
+            append(end)
+    else:
+        for units, duration in rest:
+            append(_place(heap, units, duration))
+    return ends
+
+
 def estimate_remaining(
     profile: Sequence[float],
     first_options: Sequence[Option],
     rest: Sequence[Demand],
+    single: bool | None = None,
 ) -> float:
     """Algorithm 2 ``estimate`` on a per-unit profile: the remaining actions' summed ends.
 
     ``profile``: release times (relative to now) of every unit of the key resource in the group,
     already a valid heap. ``first_options``: the first remaining action's explored allocations
     (their extra cost counts in the total, not in the times).
-    ``rest``: the others, in FCFS order, at the units admission would reserve.
+    ``rest``: the others, in FCFS order, at the units admission would reserve; ``single``: whether
+    each of them needs one unit (computed when not given).
+
+    Pruning (exact): placing an action only delays the unit releases, and FCFS placement is
+    monotone in them, so every rest action ends no earlier than it would with the first action
+    absent. Those ends (one placement, ``floor``) bound each option from below, both before its
+    placement (options are tried cheapest bound first and skipped once the bound cannot win)
+    and during it (the unplaced suffix adds at least its ``floor`` ends).
     """
     if not first_options:
         return 0.0
+    if single is None:
+        single = all(units <= 1 for units, _ in rest)
+    floor = _rest_ends(list(profile), rest, single)
+    # suffix[i]: the least the rest from index i can still add
+    suffix = [0.0] * (len(floor) + 1)
+    for i in range(len(floor) - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + floor[i]
+    starts = sorted(profile)
+    bounded = []
+    for units, seconds, extra in first_options:
+        start = starts[min(units, len(starts)) - 1] if starts else 0.0
+        bounded.append((start + seconds + extra + suffix[0], units, seconds, extra))
+    bounded.sort()
     best = math.inf
     heapreplace = heapq.heapreplace
-    all_single = all(units <= 1 for units, _ in rest)
-    for units, seconds, extra in first_options:
+    durations = [seconds for _, seconds in rest]
+    tails = suffix[1:]
+    for bound, units, seconds, extra in bounded:
+        if bound >= best:
+            break
         heap = list(profile)
         total = _place(heap, units, seconds) + extra
-        if all_single and heap:
-            for _, duration in rest:
+        if single and heap:
+            for duration, tail in zip(durations, tails, strict=True):
                 end = heap[0] + duration
                 heapreplace(heap, end)
                 total += end
-                if total >= best:
+                if total + tail >= best:
+                    total = math.inf
                     break
         else:
-            for demand_units, duration in rest:
+            for (demand_units, duration), tail in zip(rest, tails, strict=True):
                 total += _place(heap, demand_units, duration)
-                if total >= best:
+                if total + tail >= best:
+                    total = math.inf
                     break
         if total < best:
             best = total
@@ -99,6 +140,7 @@ def approximated_objective(
     profile: list[float],
     first_options: Sequence[Option],
     rest: Sequence[Demand],
+    single: bool | None = None,
 ) -> float:
     """Algorithm 2 ``getApproximatedObjective``: exact candidate ACTs + estimated rest.
 
@@ -106,4 +148,4 @@ def approximated_objective(
     heapified here, in place).
     """
     heapq.heapify(profile)
-    return candidate_total + estimate_remaining(profile, first_options, rest)
+    return candidate_total + estimate_remaining(profile, first_options, rest, single)

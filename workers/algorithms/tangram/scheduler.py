@@ -32,6 +32,7 @@ from workers.algorithms.tangram.entries import (
     Waiting,
 )
 from workers.algorithms.tangram.eviction import ElasticAllocation
+from workers.algorithms.tangram.held import HeldUnits
 from workers.algorithms.tangram.history import DurationHistory
 from workers.algorithms.tangram.policy import ALGORITHMS
 from workers.algorithms.tangram.sizing import UnitSizing
@@ -59,7 +60,7 @@ class ElasticScheduler:
         self.history = history if history is not None else DurationHistory()
         self._waiting: dict[str, Waiting] = {}
         self._running: dict[str, Running] = {}
-        self._running_by_group: dict[Hashable, dict[str, Running]] = {}
+        self._held_by_group: dict[Hashable, HeldUnits] = {}
         self._wait_reasons: dict[str, str] = {}
         self._sizing = UnitSizing(self)
         self.passes = 0
@@ -118,7 +119,7 @@ class ElasticScheduler:
             raise ValueError(f"estimate_window: must be None or an integer >= 0, got {window!r}")
         for name, value in merged.items():
             setattr(self, name, value)
-        self._sizing.forget()
+        self._sizing.policy_changed()
 
     def policy(self) -> dict[str, object]:
         return {
@@ -149,7 +150,7 @@ class ElasticScheduler:
         running = self._running.pop(action_id, None)
         if running is None:
             return False
-        self._running_by_group.get(running.group, {}).pop(action_id, None)
+        self._held_by_group[running.group].remove(action_id)
         self.topology.release(action_id, now)
         return True
 
@@ -158,7 +159,7 @@ class ElasticScheduler:
         running = self._running.pop(action_id, None)
         if running is None:
             raise KeyError(f"action {action_id!r} is not running")
-        self._running_by_group.get(running.group, {}).pop(action_id, None)
+        self._held_by_group[running.group].remove(action_id)
         self.topology.release(action_id, now)
         assignment = running.assignment
         spec = running.spec
@@ -253,7 +254,7 @@ class ElasticScheduler:
                 sizing=self._sizing,
                 topology=self.topology,
                 accommodation=accommodation,
-                running=self._running_by_group,
+                held=self._held_by_group,
                 now=now,
             ).allocate(candidates, leftovers, reasons)
         selected = [c for c in candidates if c.entry.spec.action_id not in reasons]
@@ -315,7 +316,10 @@ class ElasticScheduler:
             expected_end=end,
         )
         self._running[spec.action_id] = running
-        self._running_by_group.setdefault(group, {})[spec.action_id] = running
+        held = self._held_by_group.get(group)
+        if held is None:
+            held = self._held_by_group[group] = HeldUnits()
+        held.add(spec.action_id, end, assignment.units)
         return assignment
 
 

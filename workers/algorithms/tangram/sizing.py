@@ -13,9 +13,21 @@ non-scalable actions, which keep their minimum units (§4.2).
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
-from workers.algorithms.tangram.action import ActionSpec, ResourceDemand, bounded_options
+import numpy as np
+from numpy.typing import NDArray
+
+from workers.algorithms.tangram.action import (
+    ActionSpec,
+    Elasticity,
+    ResourceDemand,
+    bounded_options,
+)
+from workers.algorithms.tangram.entries import Waiting
 from workers.algorithms.tangram.history import DurationHistory
 from workers.algorithms.tangram.topology.base import Topology
 
@@ -32,16 +44,38 @@ class LivePolicy(Protocol):
     fixed_dop: int
 
 
+@dataclass(frozen=True)
+class CostShape:
+    """What a scalable action's DPArrange cost row looks like apart from its ``T1``.
+
+    ``T(k) = T1 · inverse_speedup[k] + mask[k]`` (Eq. 1; ``mask`` is +inf off the feasible
+    ``options``) and the holding charge's unit-seconds are ``T1 · wasted_work[k]``
+    (``k·T(k) − m·T(m)`` at the least option ``m``).
+    """
+
+    options: tuple[int, ...]
+    inverse_speedup: NDArray[np.float64]
+    mask: NDArray[np.float64]
+    wasted_work: NDArray[np.float64]
+
+
 class UnitSizing:
     def __init__(self, policy: LivePolicy) -> None:
         self.policy = policy
         # Each distinct key demand's options under the policy, for one pass (the topology may
         # gain nodes or change limits between passes).
         self._options_memo: dict[tuple[str, ResourceDemand], tuple[int, ...]] = {}
+        self._policy_epoch = 0  # bumped by every policy change: cached demands go stale
+        self._masks: dict[tuple[tuple[int, ...], int], NDArray[np.float64]] = {}
+
+    def policy_changed(self) -> None:
+        self._policy_epoch += 1
+        self.forget()
 
     def forget(self) -> None:
         """Drop the options worked out so far (a new pass, or a new policy)."""
         self._options_memo.clear()
+        self._masks.clear()
 
     def t1(self, spec: ActionSpec) -> float:
         return self.policy.history.t1(spec)
@@ -64,6 +98,24 @@ class UnitSizing:
             options = bounded_options(usable, low, policy.max_dop)
             self._options_memo[memo_key] = options
         return options
+
+    def cost_shape(self, spec: ActionSpec, free_units: int) -> CostShape:
+        """The cost row's shape for a scalable action when ``free_units`` can be shared: its
+        options up to ``free_units`` (at least its smallest)."""
+        elasticity = spec.elasticity
+        assert elasticity is not None
+        options = self.options(spec)
+        fitting = options[: bisect_right(options, free_units)] or options[:1]
+        size = fitting[-1] + 1
+        inverse = _inverse_speedup(elasticity, size)
+        mask = self._masks.get((fitting, size))
+        if mask is None:
+            mask = self._masks[(fitting, size)] = np.full(size, np.inf)
+            mask[list(fitting)] = 0.0
+        least = fitting[0]
+        work = np.arange(size) * inverse - least * inverse[least]
+        wasted = np.where(np.isfinite(mask), np.maximum(work, 0.0), 0.0)
+        return CostShape(fitting, inverse, mask, wasted)
 
     def is_elastic(self, spec: ActionSpec) -> bool:
         return spec.scalable and len(self.options(spec)) > 1
@@ -104,6 +156,22 @@ class UnitSizing:
         units = self.least_key_units(spec) if key else 1
         return units, spec.duration(units, self.t1(spec))
 
+    def waiting_demand(self, entry: Waiting) -> tuple[int, float]:
+        """``min_demand`` of a waiting action, computed once and kept until the policy or the
+        tool's duration history changes. Under a ``min_dop`` the least units depend on the
+        topology (``options``), which may change between passes: nothing is cached then."""
+        spec = entry.spec
+        if self.policy.min_dop is not None:
+            return self.min_demand(spec)
+        stamp = (
+            self._policy_epoch,
+            0 if spec.t1 is not None else self.policy.history.observations(spec.tool),
+        )
+        if entry.demand is None or entry.demand_stamp != stamp:
+            entry.demand = self.min_demand(spec)
+            entry.demand_stamp = stamp
+        return entry.demand
+
     def min_duration(self, spec: ActionSpec) -> float:
         return self.min_demand(spec)[1]
 
@@ -127,3 +195,14 @@ class UnitSizing:
             return [self.min_demand(spec)]
         t1 = self.t1(spec)
         return [(u, spec.duration(u, t1)) for u in self.exploration_units(spec)]
+
+
+@lru_cache(maxsize=8192)
+def _inverse_speedup(elasticity: Elasticity, size: int) -> NDArray[np.float64]:
+    """``1 / (E(k)·k)`` for ``k = 0..size-1`` (0 at ``k = 0``): Eq. 1 without ``T1``."""
+    units = np.arange(1, size)
+    efficiency = np.asarray(elasticity.efficiency)
+    inverse = np.zeros(size)
+    inverse[1:] = 1.0 / (efficiency[np.minimum(units, len(efficiency)) - 1] * units)
+    inverse.setflags(write=False)
+    return inverse
