@@ -5,13 +5,16 @@ must be far cheaper (arl-tangram §2.4, §4.2). We drive the production ``Elasti
 *steady state*: the pool is full, the waiting queue holds N actions, and each step completes one
 running action, submits one new action (the queue stays at N) and times the ``schedule(now)``
 call that follows — exactly what the scheduler service does on a completion. We also time the
-*cold* pass (empty pool, N waiting) as a worst case; it is reported, not targeted.
+*cold* pass (empty pool, N waiting) at every point, and repeat it over independent bursts at
+512 waiting (the cold-burst target).
 
 Workload (our assumption, from §6.4: "DoP dynamically ranges from 1 to 32"): every action is
 elastic, CPU DoP 1–32 (GPU {1, 2, 4, 8}), Amdahl parallel fraction U(0.85, 0.99), single-unit
-duration lognormal (median 30 s, σ 1). Target: p99 ≤ 2 ms at 512 waiting on a 256-core node,
-wall clock. Each point also records the pass's thread CPU time: on this shared 2-core machine the
-wall-clock tail is mostly other processes preempting ours, which CPU time does not count.
+duration lognormal (median 30 s, σ 1). Targets: steady-state p99 ≤ 0.5 ms at 512 waiting on a
+256-core node, wall clock (the earlier target was 2 ms); a cold burst (512 arriving at once at
+an idle 256-core node) p99 ≤ 5 ms over independent bursts. Each point also records the pass's
+thread CPU time: on this shared 2-core machine the wall-clock tail is mostly other processes
+preempting ours, which CPU time does not count.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from workers.algorithms.tangram import (
     ResourceDemand,
     Topology,
 )
+from workers.scheduler.gc_tuning import SERVICE_GC_THRESHOLDS
 
 POOLS = ("cpu-32", "cpu-256", "gpu-8x8")
 QUEUES = (64, 512, 4096)
@@ -77,23 +81,20 @@ def make_action(pool: str, n: int, rng: random.Random) -> ActionSpec:
     )
 
 
-# The scheduler service holds thousands of long-lived objects; CPython's default thresholds
-# (700, 10, 10) then run full collections every few hundred passes, each several ms. The service
-# is expected to raise them (and gc.freeze() after start-up); we time with that setting and
-# report the default setting beside it.
-SERVICE_GC_THRESHOLDS = (20_000, 20, 1_000)
-
-
 @contextmanager
 def gc_thresholds(thresholds: tuple[int, int, int] | None) -> Iterator[None]:
+    """Time under the scheduler service's collector settings (``gc_tuning``: thresholds raised,
+    what exists frozen), or CPython's defaults when ``thresholds`` is None."""
     saved = gc.get_threshold()
     if thresholds is not None:
         gc.collect()
+        gc.freeze()
         gc.set_threshold(*thresholds)
     try:
         yield
     finally:
         gc.set_threshold(*saved)
+        gc.unfreeze()
 
 
 def measure(pool: str, queue: int, passes: int, seed: int = 0) -> dict[str, Any]:
@@ -145,6 +146,34 @@ def measure(pool: str, queue: int, passes: int, seed: int = 0) -> dict[str, Any]
     }
 
 
+COLD_BURSTS = 30
+
+
+def cold_bursts(pool: str, queue: int, bursts: int) -> dict[str, Any]:
+    """``bursts`` times: ``queue`` actions arrive at once at an idle pool; time the first pass."""
+    times_ms: list[float] = []
+    started: list[int] = []
+    for seed in range(bursts):
+        rng = random.Random(1_000 + seed)
+        scheduler = ElasticScheduler(make_pool(pool), depth=2)
+        for n in range(queue):
+            scheduler.submit(make_action(pool, n, rng), 0.0)
+        begin = time.perf_counter()
+        out = scheduler.schedule(0.0)
+        times_ms.append((time.perf_counter() - begin) * 1e3)
+        started.append(len(out))
+    ordered = sorted(times_ms)
+    return {
+        "pool": pool,
+        "queue": queue,
+        "bursts": bursts,
+        "p50_ms": statistics.median(ordered),
+        "p99_ms": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+        "max_ms": ordered[-1],
+        "started_p50": statistics.median(started),
+    }
+
+
 def _plot(rows: list[dict[str, Any]]) -> str:
     import matplotlib
 
@@ -162,7 +191,7 @@ def _plot(rows: list[dict[str, Any]]) -> str:
         ax.plot(
             queues, [r["cpu_p99_ms"] for r in mine], marker="x", ls=":", label=f"{pool} p99 CPU"
         )
-    ax.axhline(2.0, color="red", lw=0.8, label="target p99 2 ms (256 cores, 512)")
+    ax.axhline(0.5, color="red", lw=0.8, label="target p99 0.5 ms (256 cores, 512)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("waiting actions")
@@ -180,6 +209,7 @@ def run(quick: bool) -> BenchReport:
     passes = 200 if quick else 1000
     with gc_thresholds(SERVICE_GC_THRESHOLDS):
         rows = [measure(pool, queue, passes) for pool in POOLS for queue in QUEUES]
+        bursts = [cold_bursts(pool, 512, 10 if quick else COLD_BURSTS) for pool in POOLS]
     with gc_thresholds(None):
         default_gc = measure("cpu-256", 512, passes)
     report = BenchReport(
@@ -200,15 +230,25 @@ def run(quick: bool) -> BenchReport:
             "{1,2,4,8} (E = 1, .92, .85, .70); T1 lognormal median 30 s, sigma 1",
             "method": "steady state: pool full, queue held at N; each step completes one random "
             "running action, tops the queue up, and times the schedule(now) that follows",
+            "cold_burst_method": "512 actions arrive at once at an idle pool; the first pass is "
+            "timed, over independent bursts (seeds 1000+)",
         },
-        series={"points": rows, "cpu_256_queue_512_default_gc": default_gc},
+        series={
+            "points": rows,
+            "cold_bursts": bursts,
+            "cpu_256_queue_512_default_gc": default_gc,
+        },
     )
     target_row = next(r for r in rows if r["pool"] == "cpu-256" and r["queue"] == 512)
+    burst_row = next(r for r in bursts if r["pool"] == "cpu-256")
     report.targets += [
-        Target.at_most("p99_pass_ms_512_waiting_256_cores", float(target_row["p99_ms"]), 2.0),
+        Target.at_most("p99_pass_ms_512_waiting_256_cores", float(target_row["p99_ms"]), 0.5),
         # the same passes in thread CPU time: what the pass costs when nothing preempts it
         Target.at_most(
-            "cpu_time_p99_pass_ms_512_waiting_256_cores", float(target_row["cpu_p99_ms"]), 2.0
+            "cpu_time_p99_pass_ms_512_waiting_256_cores", float(target_row["cpu_p99_ms"]), 0.5
+        ),
+        Target.at_most(
+            "cold_burst_p99_pass_ms_512_arriving_256_cores", float(burst_row["p99_ms"]), 5.0
         ),
     ]
     report.series["plot"] = _plot(rows)

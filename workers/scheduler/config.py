@@ -21,3 +21,6 @@ class ServiceConfig:
     # (workers/threads.py ``InlineCalls``): for a process that runs nothing but this service,
     # whose store may be called from its loop (``run_scheduler`` allows Django to be).
     store_inline: bool = False
+    # After the start-up rebuild, freeze what the process holds and raise the collector's
+    # thresholds (workers/scheduler/gc_tuning.py): for a process that runs only this service.
+    freeze_gc_after_start_up: bool = False

@@ -25,6 +25,7 @@ from typing import Any
 from workers.algorithms.tangram import ElasticScheduler
 from workers.scheduler.config import ServiceConfig
 from workers.scheduler.dispatcher import Dispatcher
+from workers.scheduler.gc_tuning import freeze_after_start_up
 from workers.scheduler.ledger import ActiveAction, Batch, Counters
 from workers.scheduler.policy import PolicyTracker
 from workers.scheduler.records import ActionRecord
@@ -116,6 +117,8 @@ class SchedulerService:
         """
         async with self._lock:
             await self.rebuild()
+        if self.config.freeze_gc_after_start_up:
+            freeze_after_start_up()
         housekeeping = asyncio.create_task(self._housekeeping_loop(stop))
         backoff = 0.05
         try:

@@ -57,6 +57,7 @@ class Command(BaseCommand):
             heartbeat_timeout_s=options["heartbeat_timeout"],
             result_grace_s=options["result_grace"],
             store_inline=True,
+            freeze_gc_after_start_up=True,
         )
         prefix = options["stream_prefix"] or key_prefix()
         # This process runs nothing but the service, whose loop waits for every store call: the
