@@ -39,6 +39,7 @@ from workers.algorithms.tangram import (
     ResourceDemand,
     Topology,
 )
+from workers.algorithms.tangram.scheduler import DEFAULT_ESTIMATE_WINDOW
 from workers.scheduler.gc_tuning import SERVICE_GC_THRESHOLDS
 
 POOLS = ("cpu-32", "cpu-256", "gpu-8x8")
@@ -97,9 +98,11 @@ def gc_thresholds(thresholds: tuple[int, int, int] | None) -> Iterator[None]:
         gc.unfreeze()
 
 
-def measure(pool: str, queue: int, passes: int, seed: int = 0) -> dict[str, Any]:
+def measure(
+    pool: str, queue: int, passes: int, seed: int = 0, window: int = DEFAULT_ESTIMATE_WINDOW
+) -> dict[str, Any]:
     rng = random.Random(seed)
-    scheduler = ElasticScheduler(make_pool(pool), depth=2)
+    scheduler = ElasticScheduler(make_pool(pool), depth=2, estimate_window=window)
     counter = 0
     for _ in range(queue):
         scheduler.submit(make_action(pool, counter, rng), 0.0)
@@ -210,6 +213,8 @@ def run(quick: bool) -> BenchReport:
     with gc_thresholds(SERVICE_GC_THRESHOLDS):
         rows = [measure(pool, queue, passes) for pool in POOLS for queue in QUEUES]
         bursts = [cold_bursts(pool, 512, 10 if quick else COLD_BURSTS) for pool in POOLS]
+        # the earlier default window, in the same run (the per-unit estimate reads it dearer)
+        window_128 = measure("cpu-256", 512, passes, window=128)
     with gc_thresholds(None):
         default_gc = measure("cpu-256", 512, passes)
     report = BenchReport(
@@ -224,7 +229,7 @@ def run(quick: bool) -> BenchReport:
             "queues": list(QUEUES),
             "passes_per_point": passes,
             "depth": 2,
-            "estimate_window": 128,
+            "estimate_window": DEFAULT_ESTIMATE_WINDOW,
             "gc_thresholds": list(SERVICE_GC_THRESHOLDS),
             "workload": "all actions elastic: CPU DoP 1-32 (Amdahl p~U(0.85,0.99)), GPU DoP "
             "{1,2,4,8} (E = 1, .92, .85, .70); T1 lognormal median 30 s, sigma 1",
@@ -237,6 +242,7 @@ def run(quick: bool) -> BenchReport:
             "points": rows,
             "cold_bursts": bursts,
             "cpu_256_queue_512_default_gc": default_gc,
+            "cpu_256_queue_512_window_128": window_128,
         },
     )
     target_row = next(r for r in rows if r["pool"] == "cpu-256" and r["queue"] == 512)

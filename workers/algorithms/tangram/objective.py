@@ -81,40 +81,50 @@ def estimate_remaining(
     """Algorithm 2 ``estimate`` on a per-unit profile: the remaining actions' summed ends.
 
     ``profile``: release times (relative to now) of every unit of the key resource in the group,
-    already a valid heap. ``first_options``: the first remaining action's explored allocations
-    (their extra cost counts in the total, not in the times).
-    ``rest``: the others, in FCFS order, at the units admission would reserve; ``single``: whether
-    each of them needs one unit (computed when not given).
+    in any order. ``first_options``: the first remaining action's explored allocations (their
+    extra cost counts in the total, not in the times). ``rest``: the others, in FCFS order, at
+    the units admission would reserve; ``single``: whether each of them needs one unit
+    (computed when not given).
 
-    Pruning (exact): placing an action only delays the unit releases, and FCFS placement is
-    monotone in them, so every rest action ends no earlier than it would with the first action
-    absent. Those ends (one placement, ``floor``) bound each option from below, both before its
-    placement (options are tried cheapest bound first and skipped once the bound cannot win)
-    and during it (the unplaced suffix adds at least its ``floor`` ends).
+    Shortcuts, all exact: a placement always takes the smallest release times, so only the
+    smallest ``reach`` of them (the most units the estimate can take) are kept, sorted (a sorted
+    list is a heap). Placing an action only delays the releases and FCFS placement is monotone
+    in them, so every rest action ends no earlier than it would with the first action absent:
+    those ends (one placement, ``floor``) bound each option from below, before its placement
+    (options are tried cheapest bound first and skipped once the bound cannot win) and during
+    it (the unplaced suffix adds at least its ``floor`` ends).
     """
     if not first_options:
         return 0.0
     if single is None:
         single = all(units <= 1 for units, _ in rest)
-    floor = _rest_ends(list(profile), rest, single)
-    # suffix[i]: the least the rest from index i can still add
-    suffix = [0.0] * (len(floor) + 1)
-    for i in range(len(floor) - 1, -1, -1):
-        suffix[i] = suffix[i + 1] + floor[i]
-    starts = sorted(profile)
+    reach = max(units for units, _, _ in first_options)
+    reach += len(rest) if single else sum(units for units, _ in rest)
+    starts = sorted(profile)[:reach]
+    if len(first_options) == 1:
+        units, seconds, extra = first_options[0]
+        heap = list(starts)
+        return _place(heap, units, seconds) + extra + sum(_rest_ends(heap, rest, single))
+    floor = _rest_ends(list(starts), rest, single)
+    # tails[i]: the least the rest after index i can still add
+    tails = [0.0] * len(floor)
+    running = 0.0
+    for i in range(len(floor) - 1, 0, -1):
+        running += floor[i]
+        tails[i - 1] = running
+    least_rest = running + (floor[0] if floor else 0.0)
     bounded = []
     for units, seconds, extra in first_options:
         start = starts[min(units, len(starts)) - 1] if starts else 0.0
-        bounded.append((start + seconds + extra + suffix[0], units, seconds, extra))
+        bounded.append((start + seconds + extra + least_rest, units, seconds, extra))
     bounded.sort()
     best = math.inf
     heapreplace = heapq.heapreplace
     durations = [seconds for _, seconds in rest]
-    tails = suffix[1:]
     for bound, units, seconds, extra in bounded:
         if bound >= best:
             break
-        heap = list(profile)
+        heap = list(starts)
         total = _place(heap, units, seconds) + extra
         if single and heap:
             for duration, tail in zip(durations, tails, strict=True):
@@ -137,15 +147,13 @@ def estimate_remaining(
 
 def approximated_objective(
     candidate_total: float,
-    profile: list[float],
+    profile: Sequence[float],
     first_options: Sequence[Option],
     rest: Sequence[Demand],
     single: bool | None = None,
 ) -> float:
     """Algorithm 2 ``getApproximatedObjective``: exact candidate ACTs + estimated rest.
 
-    ``profile`` is the per-unit release profile after the candidates start (any order: it is
-    heapified here, in place).
+    ``profile`` is the per-unit release profile after the candidates start, in any order.
     """
-    heapq.heapify(profile)
     return candidate_total + estimate_remaining(profile, first_options, rest, single)

@@ -89,7 +89,7 @@ POLICY_FIELDS: tuple[PolicyField, ...] = (
         "estimate_window",
         "Estimate window",
         "int",
-        128,
+        64,
         0,
         65_536,
         help="waiting actions the objective estimate reads per pass (Alg. 2)",

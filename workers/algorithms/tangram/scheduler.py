@@ -39,6 +39,9 @@ from workers.algorithms.tangram.sizing import UnitSizing
 from workers.algorithms.tangram.topology.base import Allocation, Blocked, Topology, WaitReason
 
 BEHIND = "queued behind earlier actions"
+# Remaining actions the Alg. 2 estimate reads per pass. Was 128; lowered to 64 for the pass-time
+# target after the per-unit estimate made each read dearer (bench scheduler_pass reports both).
+DEFAULT_ESTIMATE_WINDOW = 64
 
 
 class ElasticScheduler:
@@ -53,7 +56,7 @@ class ElasticScheduler:
         min_dop: int | None = None,
         max_dop: int | None = None,
         fixed_dop: int = 4,
-        estimate_window: int | None = 128,
+        estimate_window: int | None = DEFAULT_ESTIMATE_WINDOW,
         history: DurationHistory | None = None,
     ) -> None:
         self.topology = topology
@@ -69,7 +72,7 @@ class ElasticScheduler:
         self.min_dop: int | None = None
         self.max_dop: int | None = None
         self.fixed_dop = 4
-        self.estimate_window: int | None = 128
+        self.estimate_window: int | None = DEFAULT_ESTIMATE_WINDOW
         self.set_policy(
             depth=depth,
             algorithm=algorithm,

@@ -25,7 +25,7 @@ def test_single_unit_actions_reduce_to_algorithm_2() -> None:
 
 
 def test_a_wide_action_starts_when_enough_units_are_released() -> None:
-    profile = _heap([0.0, 0.0, 4.0, 4.0])
+    profile = [4.0, 0.0, 4.0, 0.0]
     # four units: starts at 4 (the fourth release), not at 0 as a per-action heap would say
     assert estimate_remaining(profile, [(4, 1.0, 0.0)], []) == pytest.approx(5.0)
     # the explored options pick the best: two units now (0 + 3) beats four units at 4 + 1

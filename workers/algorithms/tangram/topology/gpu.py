@@ -90,6 +90,8 @@ class GpuTopology(Topology):
 
     ``gpus_per_node``: one size for every node, or one per node (in ``node_names`` order).
     ``loader``: the seconds a service takes to come onto a chunk (default: EOE's restore).
+    ``exclusive``: a GPU keeps only the instance loaded last, whatever memory is left (a system
+    whose model instances own their GPUs, as a baseline's); False is EOE's shared cache.
     """
 
     kind = "gpu"
@@ -102,6 +104,7 @@ class GpuTopology(Topology):
         gpu_memory_mb: float = 80_000.0,
         prefer_cached: bool = True,
         loader: Loader = pinned_memory_restore,
+        exclusive: bool = False,
     ) -> None:
         if not node_names or len(set(node_names)) != len(node_names):
             raise ValueError("need at least one node, names unique")
@@ -120,6 +123,7 @@ class GpuTopology(Topology):
         self.services = dict(services)
         self.prefer_cached = prefer_cached
         self.loader = loader
+        self.exclusive = exclusive
         self.free_chunks: list[set[tuple[str, int]]] = [set() for _ in CHUNK_SIZES]
         for name, size in self.node_gpus.items():
             self.free_chunks[_LEVEL[size]].add((name, 0))
@@ -233,7 +237,8 @@ class GpuTopology(Topology):
             if inst[1] == node and inst[2] < start + size and start < inst[2] + inst[3]
         )
         for _, inst in overlapping:
-            if all(self.memory_used[(node, g)] + need <= self.gpu_memory_mb for g in gpus):
+            fits = all(self.memory_used[(node, g)] + need <= self.gpu_memory_mb for g in gpus)
+            if fits and not self.exclusive:
                 break
             self._evict(inst)
         for g in gpus:
