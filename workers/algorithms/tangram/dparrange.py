@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 from numpy.typing import NDArray
 
 CHUNK_SIZES = (1, 2, 4, 8)
@@ -101,10 +100,10 @@ class BasicDPOperator:
         best = [0.0]
         best_state = [0]
         choices: list[NDArray[np.int64]] = []
-        rows = np.arange(capacity + 1)
+        itemsize = dp.itemsize
         for cost in costs:
-            cost = np.asarray(cost[: capacity + 1], dtype=np.float64)
-            finite = np.flatnonzero(np.isfinite(cost))
+            cost = cost[: capacity + 1]
+            finite = np.flatnonzero(cost < np.inf)
             if finite.size == 0:
                 dp = np.full(capacity + 1, np.inf)
                 choices.append(np.zeros(capacity + 1, dtype=np.int64))
@@ -117,13 +116,14 @@ class BasicDPOperator:
             padded[:hi] = np.inf
             padded[hi:] = dp
             # row j of `windows` is padded[j : j + width] = dp[j - hi .. j - lo] (a view, no copy)
-            stride = padded.strides[0]
-            windows = as_strided(padded, shape=(capacity + 1, width), strides=(stride, stride))
-            totals = windows + cost[lo : hi + 1][::-1]
-            offset = np.argmin(totals, axis=1)
-            dp = totals[rows, offset]
-            choices.append((hi - offset).astype(np.int64))
-            state = int(np.argmin(dp))
+            windows: FloatArray = np.ndarray(
+                (capacity + 1, width), dtype=np.float64, buffer=padded, strides=(itemsize, itemsize)
+            )
+            totals = windows + cost[hi : lo - 1 if lo > 0 else None : -1]
+            offset = totals.argmin(axis=1)
+            dp = totals.min(axis=1)
+            choices.append(hi - offset)
+            state = int(dp.argmin())
             best.append(float(dp[state]))
             best_state.append(state)
         return _BasicArrangement(best=best, best_state=best_state, choices=choices)

@@ -195,8 +195,10 @@ class ElasticAllocation:
         sizing = self.sizing
         alloc = split.arrangement.allocation(prefix)
         profile = list(split.held)
-        for index, units in enumerate(alloc):
-            profile.extend([split.members[index].duration_at(units)] * units)
+        if alloc:
+            kept = split.members[: len(alloc)]
+            ends = [member.duration_at(units) for member, units in zip(kept, alloc, strict=True)]
+            profile += np.repeat(ends, alloc).tolist()
         profile.extend([0.0] * max(0, split.free_units - sum(alloc)))
         first: list[Option] = []
         later: list[Demand] = []
