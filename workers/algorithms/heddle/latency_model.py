@@ -1,31 +1,28 @@
 """Per-token time as a function of running batch size *and* model-parallel degree (heddle §2.3,
-§5.2 "Interference Factor", §6).
+§5.2 "Interference Factor", §6) — the planners' model of the engine.
 
 The batch-size curve is the project's one PTL implementation, ``workers.algorithms.latency``'s
-:class:`ThreePieceLinear` (profiled at MP degree 1). This module adds the MP dimension.
+:class:`ThreePieceLinear`. Two ways to get the MP dimension:
 
-Modelling assumptions (each used by the placement DP, the annealer and the simulator alike):
+- **profiled** (``profiled``, one curve per MP degree): what heddle's profiler measures — per-token
+  time across batch sizes for each worker configuration (§5.2, §6). The simulator fills it from
+  its engine model (``workers.sim.llm.profiler``).
+- **Amdahl** (degrees without a profile): ``PTL(b, m) = PTL_1(b) / speedup(m)``,
+  ``speedup(m) = m / (1 + κ·(m−1))``. The default ``κ = 0.2`` is the simulator's earlier
+  hand-picked value, kept only as the ``"legacy"`` engine configuration (no published source;
+  the context engine's profile gives κ ≈ 0.2 at batch one and far less at large batches, which is
+  why the profiled curves replace it there). The KV budget grows with the GPUs, so a worker's
+  running-batch cap is ``m ×`` the per-GPU cap.
 
-- **MP scaling is sub-linear** (communication overhead). ``m``-way tensor parallelism splits
-  every decode step's work — weight reads and FLOPs for the whole running batch — over ``m`` GPUs,
-  slowed by all-reduces: ``PTL(b, m) = PTL_1(b) / speedup(m)`` with the Amdahl-style
-  ``speedup(m) = m / (1 + κ·(m−1))``. ``κ = 0.12`` gives speedups 1.79 / 3.0 / 4.3 at
-  m = 2 / 4 / 8 — the range NVLink-connected Hopper GPUs reach for 10–30B dense models in
-  published TP-decode measurements (SGLang/vLLM TP benchmarks). The KV budget grows with the GPUs,
-  so a worker's running-batch cap is ``m ×`` the per-GPU cap. This reproduces heddle Fig. 7's
-  trade-off: under heavy load ``m`` MP-1 replicas (``b/m`` each) out-produce one MP-m worker by
-  ``m / speedup(m)`` (1.84× at m = 8), while a lone long trajectory runs ``speedup(m)`` times
-  faster on the MP-m worker.
 - **α(b) = PTL(b, m) / PTL(1, m)** and **τ(m) = PTL(1, m)** (heddle formula 1: base per-token time
-  is "the contention-free time ... at batch size one"); α comes from ``relative_to(1)``.
-- **Prefill** (prompt, tool output, or recompute after a cache miss) runs at a fixed token rate,
-  ``prefill_seconds_per_token / speedup(m)``; 1e-4 s/token ≈ 10 k tokens/s for a 14B model on
-  one H100, the order of SGLang's published prefill throughput. Prefill stalls the worker's whole
-  batch (it competes for the same compute), which is what makes recompute costly.
+  is "the contention-free time ... at batch size one").
+- **Prefill** (prompt, tool output, or recompute after a cache miss) at
+  ``prefill_seconds_per_token / speedup(m)``; legacy 1e-4 s/token ≈ 10 k tokens/s for a 14B model
+  on one H100 (our assumption).
 - **KV migration** (heddle §5.3, Table 1): ``migration_fixed_s + tokens·kv_bytes_per_token /
   migration_bytes_per_s``; 160 KiB/token is Qwen3-14B's KV (40 layers × 8 KV heads × 128 dims × K,V
-  × bf16), 25 GB/s is a conservative share of 400 Gb/s GPUDirect RDMA, 0.1 s fixed setup; a 10 k
-  token context then moves in ≈ 0.17 s, inside Table 1's 0.12–0.35 s.
+  × bf16), 25 GB/s a conservative share of 400 Gb/s GPUDirect RDMA, 0.1 s fixed setup (our
+  assumptions); a 10 k-token context then moves in ≈ 0.17 s, inside Table 1's 0.12–0.35 s.
 """
 
 from __future__ import annotations
@@ -48,20 +45,31 @@ class MPLatencyModel:
     kv_bytes_per_token: float = 160 * 1024
     migration_bytes_per_s: float = 25e9
     migration_fixed_s: float = 0.1
+    profiled: tuple[tuple[int, ThreePieceLinear], ...] = ()
 
     def speedup(self, mp: int) -> float:
         if mp < 1:
             raise ValueError(f"MP degree must be >= 1, got {mp}")
         return mp / (1.0 + self.comm_overhead * (mp - 1))
 
+    def _ptl(self, batches: np.ndarray, mp: int) -> np.ndarray:
+        """PTL over ``batches`` at degree ``mp``: its profiled curve, else the Amdahl one."""
+        for degree, curve in self.profiled:
+            if degree == mp:
+                return curve.evaluate(batches)
+        return self.base.evaluate(batches) / self.speedup(mp)
+
     def per_token_seconds(self, batch: float, mp: int = 1) -> float:
         """PTL(b, m): seconds per output token for each of ``batch`` running requests."""
+        for degree, curve in self.profiled:
+            if degree == mp:
+                return curve(max(batch, 1.0))
         return self.base(max(batch, 1.0)) / self.speedup(mp)
 
     def per_token_curve(self, max_batch: int, mp: int = 1) -> np.ndarray:
         """``PTL(b, m)`` for ``b = 0..max_batch`` (index 0 repeats b=1), vectorised."""
         batches = np.maximum(np.arange(max_batch + 1, dtype=float), 1.0)
-        return self.base.evaluate(batches) / self.speedup(mp)
+        return self._ptl(batches, mp)
 
     def tau(self, mp: int = 1) -> float:
         """Base per-token time τ: contention-free, batch size one (heddle formula 1)."""
@@ -90,7 +98,7 @@ class MPLatencyModel:
         sizes = np.arange(group_size + 1, dtype=float)
         limit = float(batch_limit) if batch_limit is not None else np.inf
         running = np.maximum(np.minimum(sizes, limit), 1.0)
-        curve = self.base.evaluate(running) / self.speedup(mp) / self.tau(mp)
+        curve = self._ptl(running, mp) / self.tau(mp)
         curve = curve * np.maximum(1.0, sizes / limit)
         curve[0] = 0.0
         if group_limit is not None:

@@ -4,17 +4,16 @@ Worker API (``workers.sim.llm.worker``) — everything runs on a
 :class:`workers.sim.events.EventLoop`::
 
     from workers.sim.events import EventLoop
+    from workers.sim.llm.cost import ContextCost
+    from workers.sim.llm.latency import ContextLatencyModel
     from workers.sim.llm.worker import GenerationRequest, GenerationResult, LLMWorker, WorkerPool
-    from workers.algorithms.heddle.latency_model import MPLatencyModel
 
     loop = EventLoop()
-    model = MPLatencyModel()                       # PTL(batch, MP) from algorithms/latency.py
-    pool = WorkerPool([
-        LLMWorker(loop, i, per_token_seconds=lambda b: model.per_token_seconds(b, mp=1),
-                  prefill_seconds_per_token=model.prefill_seconds_per_token,
-                  max_batch=256, preemptive=False)
-        for i in range(4)
-    ])
+    engine = ContextLatencyModel()                 # Qwen3-14B on H100s, fitted to published ITL
+    pool = WorkerPool([LLMWorker(loop, i, cost=ContextCost(engine, mp=1), max_batch=48)
+                       for i in range(4)])
+    # legacy model (per-token time from the batch size only, stalling prefill, unbounded KV):
+    # LLMWorker(loop, 0, per_token_seconds=lambda b: 0.012, prefill_seconds_per_token=1e-4)
 
     def done(result: GenerationResult) -> None:  # called at the virtual finish time
         print(result.request_id, result.finished_at, result.output_tokens, result.aborted)
@@ -27,18 +26,19 @@ Worker API (``workers.sim.llm.worker``) — everything runs on a
 
 - ``LLMWorker.submit(request)``: queue a :class:`GenerationRequest` (``output_tokens`` to decode,
   ``context_tokens`` of context to prefill unless cached under ``cache_key``, ``priority`` higher
-  first). Continuous batching up to ``max_batch``; every running request advances one token per
-  ``per_token_seconds(batch)``; prefill of uncached context stalls the batch.
+  first). Continuous batching up to ``max_batch`` (and, in the context model, the KV pool).
 - ``LLMWorker.abort(request_id) -> bool``; ``WorkerPool.abort`` fans out to all workers.
 - ``on_done(GenerationResult)``: ``submitted_at``, ``first_scheduled_at``, ``finished_at``,
   ``queueing_seconds``, ``output_tokens`` (generated, also when aborted), ``prefill_tokens``,
   ``cached_tokens``, ``preemptions``, ``aborted``, ``tag``.
-- ``LLMWorker.load`` / ``running_count`` / ``pending_count`` / ``stats`` (tokens, busy seconds),
-  ``cached_tokens(key)``, ``insert_cache`` / ``drop_cache`` (KV migration).
+- ``LLMWorker.load`` / ``running_count`` / ``pending_count`` / ``stats`` (tokens, busy seconds,
+  preemptions), ``cached_tokens(key)``, ``insert_cache`` / ``drop_cache`` (KV migration).
 
-The Heddle scenario on top: ``trajectories`` (coding/search/math generators, GRPO groups of 16,
-JSONL traces), ``rollout`` (multi-step trajectories over a worker pool under a
-:class:`~workers.sim.llm.rollout.SystemConfig` and :class:`~workers.sim.llm.rollout.Scenario`),
-``baselines`` (verl-, verl*-, slime-like, Fix-1/Fix-8, Heddle, oracle predictor, lower bound),
-``experiments`` (workload + trained predictors, Fig. 13 metrics, same-run comparisons).
+The Heddle scenario on top: ``latency`` + ``cost`` + ``kv`` (the two engine models),
+``trajectories`` (coding/search/math generators, GRPO groups of 16, JSONL traces), ``routing``
+(the sgl-router cache-aware policy), ``profiler`` (what Heddle's planners believe), ``systems``
+and ``rollout`` (multi-step trajectories over a worker pool under a
+:class:`~workers.sim.llm.systems.SystemConfig` and :class:`~workers.sim.llm.systems.Scenario`),
+``baselines`` (verl, verl*, slime, Fix-m, Heddle, oracle predictor, lower bounds),
+``experiments`` (workload + trained predictors, Fig. 13 metrics, same-run comparisons, MP sweeps).
 """

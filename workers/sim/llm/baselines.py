@@ -1,14 +1,19 @@
 """The systems Heddle is compared with (heddle §7 "Baselines", §7.2–§7.4), and the lower bound.
 
 - ``verl``: step-centric round-robin scheduling, static cache-affinity placement (each trajectory
-  pinned to one worker), homogeneous MP.
-- ``verl*``: verl plus the SGLang router: least-load when the load skew passes the thresholds,
-  else cache-aware.
-- ``slime``: least in-flight routing of every step, round-robin scheduling.
+  pinned to one worker, §7 "Baselines"), homogeneous MP.
+- ``verl*``: verl plus the SGLang router: "if the load skew (max/min) exceeds a threshold (e.g.,
+  32), it uses least-load strategy; otherwise, it defaults to a cache-aware strategy" (§7) — the
+  router's cache-aware policy with ``balance_rel_threshold`` 32 and no absolute threshold.
+- ``slime``: the SGLang router as slime starts it (``balance_abs_threshold=0``, the router's
+  default relative threshold 1.5 and cache threshold 0.3), round-robin scheduling.
 - ``Fix-1`` / ``Fix-8``: Heddle's scheduling and placement with homogeneous MP 1 or 8 (§7.4).
 - ``heddle``: PPS + presorted DP + migration + annealed heterogeneous MP.
 - lower bound: every trajectory alone on the fastest worker — no queueing, no interference,
   best MP, only incremental prefill.
+
+The baselines take their MP degree; the benchmarks sweep it and keep each baseline's best
+(§7.1 runs them "to ensure maximum throughput").
 """
 
 from __future__ import annotations
@@ -20,7 +25,14 @@ import numpy as np
 from workers.algorithms.heddle.latency_model import MP_DEGREES, MPLatencyModel
 from workers.algorithms.heddle.prediction import TrajectoryContext, TrajectoryRecord
 from workers.algorithms.heddle.priority import PriorityPolicy
-from workers.sim.llm.rollout import PlacementPolicy, SystemConfig
+from workers.sim.llm.latency import ContextLatencyModel
+from workers.sim.llm.routing import SGL_ROUTER_BALANCE_REL, CacheAwareConfig
+from workers.sim.llm.systems import PlacementPolicy, SystemConfig
+
+SLIME_ROUTER = CacheAwareConfig(
+    balance_abs_threshold=0, balance_rel_threshold=SGL_ROUTER_BALANCE_REL
+)
+VERL_STAR_ROUTER = CacheAwareConfig(balance_abs_threshold=0, balance_rel_threshold=32.0)
 
 
 def verl(mp: int = 1) -> SystemConfig:
@@ -31,20 +43,38 @@ def verl(mp: int = 1) -> SystemConfig:
 
 def verl_star(mp: int = 1) -> SystemConfig:
     return SystemConfig(
-        "verl*", PriorityPolicy.ROUND_ROBIN, PlacementPolicy.LOAD_THRESHOLD, mp_degree=mp
+        "verl*",
+        PriorityPolicy.ROUND_ROBIN,
+        PlacementPolicy.SGLANG_ROUTER,
+        mp_degree=mp,
+        router=VERL_STAR_ROUTER,
     )
 
 
 def slime(mp: int = 1) -> SystemConfig:
     return SystemConfig(
-        "slime", PriorityPolicy.ROUND_ROBIN, PlacementPolicy.LEAST_INFLIGHT, mp_degree=mp
+        "slime",
+        PriorityPolicy.ROUND_ROBIN,
+        PlacementPolicy.SGLANG_ROUTER,
+        mp_degree=mp,
+        router=SLIME_ROUTER,
     )
 
 
-def heddle(mp_degree: int | None = None, name: str = "heddle") -> SystemConfig:
+BASELINES = {"verl": verl, "verl*": verl_star, "slime": slime}
+
+
+def heddle(
+    mp_degree: int | None = None, name: str = "heddle", per_degree_profile: bool = True
+) -> SystemConfig:
     """All of Heddle; ``mp_degree`` set gives the Fix-m ablations."""
     return SystemConfig(
-        name, PriorityPolicy.PPS, PlacementPolicy.HEDDLE_DP, mp_degree=mp_degree, migration=True
+        name,
+        PriorityPolicy.PPS,
+        PlacementPolicy.HEDDLE_DP,
+        mp_degree=mp_degree,
+        migration=True,
+        per_degree_profile=per_degree_profile,
     )
 
 
@@ -57,8 +87,8 @@ def lower_bound_makespan(
     model: MPLatencyModel,
     degrees: Sequence[int] = MP_DEGREES,
 ) -> float:
-    """No queueing, no interference (batch 1), the best MP: max over trajectories of
-    Σ steps (prefill of the new context + tokens · τ(m)) + tool time."""
+    """Legacy model: no queueing, no interference (batch 1), the best MP: max over trajectories
+    of Σ steps (prefill of the new context + tokens · τ(m)) + tool time."""
     best = max(degrees)
     tau = model.tau(best)
     worst = 0.0
@@ -67,6 +97,42 @@ def lower_bound_makespan(
         for step in record.steps:
             elapsed += step.output_tokens * tau + step.tool_seconds
             elapsed += model.prefill_seconds(step.tool_output_tokens, best)
+        worst = max(worst, elapsed)
+    return worst
+
+
+def context_lower_bound_makespan(
+    records: Sequence[TrajectoryRecord],
+    model: ContextLatencyModel,
+    degrees: Sequence[int] = MP_DEGREES,
+) -> float:
+    """Context model: each trajectory alone (batch of one, its own context only), every prefill
+    and decode phase on the MP degree fastest for it, tool time added."""
+
+    def prefill(tokens: float, before: float, m: int) -> float:
+        steps = tokens / model.chunk_tokens
+        per_step = model.base_step_seconds(m, 0, model.chunk_tokens)
+        kv = model.kv_seconds_per_token(m) * (before + tokens / 2.0)
+        return steps * (per_step + kv) + tokens * model.prefill_seconds_per_token(m, tokens, before)
+
+    def decode(tokens: float, before: float, m: int) -> float:
+        growth = model.kv_seconds_per_token(m)
+        return tokens * (model.base_step_seconds(m, 1, 0) + growth * before) + (
+            growth * tokens * tokens / 2.0
+        )
+
+    worst = 0.0
+    for record in records:
+        context = 0.0
+        elapsed = 0.0
+        new = float(record.prompt_tokens)
+        for step in record.steps:
+            elapsed += min(prefill(new, context, m) for m in degrees)
+            context += new
+            elapsed += min(decode(step.output_tokens, context, m) for m in degrees)
+            elapsed += step.tool_seconds
+            context += step.output_tokens
+            new = float(step.tool_output_tokens)
         worst = max(worst, elapsed)
     return worst
 

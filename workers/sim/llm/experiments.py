@@ -4,11 +4,12 @@ same-run comparison of systems."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from workers.algorithms.heddle.latency_model import MP_DEGREES
 from workers.algorithms.heddle.prediction import (
     LengthPredictor,
     ProgressivePredictor,
@@ -18,9 +19,15 @@ from workers.algorithms.heddle.prediction import (
     pearson_r,
     recall_at_top,
 )
-from workers.sim.llm.baselines import lower_bound_makespan
-from workers.sim.llm.rollout import RolloutResult, Scenario, SystemConfig, run_rollout
-from workers.sim.llm.trajectories import generate_trajectories
+from workers.sim.llm.baselines import context_lower_bound_makespan, lower_bound_makespan
+from workers.sim.llm.rollout import (
+    RolloutResult,
+    Scenario,
+    SystemConfig,
+    WorkloadHistory,
+    run_rollout,
+)
+from workers.sim.llm.trajectories import GENERATOR_VERSION, generate_trajectories
 
 
 @dataclass
@@ -36,20 +43,20 @@ class Workload:
         return [r.total_tokens for r in self.history]
 
     @property
-    def history_prefill_tokens(self) -> float:
-        """Mean prompt + tool-output tokens per trajectory in the history epoch."""
-        return float(
-            np.mean(
-                [r.prompt_tokens + sum(s.tool_output_tokens for s in r.steps) for r in self.history]
-            )
-        )
+    def planner_history(self) -> WorkloadHistory:
+        return WorkloadHistory.of(self.history)
 
 
-def prepare_workload(profile: str, *, prompts: int, seed: int = 0) -> Workload:
+def prepare_workload(
+    profile: str, *, prompts: int, seed: int = 0, generator: int = GENERATOR_VERSION
+) -> Workload:
     """Epoch 0 is the recorded history (trains the predictors, feeds the MP plan); epoch 1, the
-    same prompts with fresh samples, is the rollout under test."""
-    history = generate_trajectories(profile, prompts=prompts, seed=seed, epoch=0)
-    evaluation = generate_trajectories(profile, prompts=prompts, seed=seed, epoch=1)
+    same prompts with fresh samples, is the rollout under test. ``generator`` picks the trace
+    generator version (``workers.sim.llm.trajectories``)."""
+    history = generate_trajectories(profile, prompts=prompts, seed=seed, epoch=0, version=generator)
+    evaluation = generate_trajectories(
+        profile, prompts=prompts, seed=seed, epoch=1, version=generator
+    )
     prompt_history = PromptHistoryPredictor().fit(history)
     progressive = ProgressivePredictor(prompt_history, seed=seed).fit(history)
     return Workload(profile, history, evaluation, prompt_history, progressive)
@@ -126,17 +133,30 @@ def compare_systems(
     predictor: LengthPredictor | None = None,
 ) -> dict[str, RolloutResult]:
     """Every system on the same evaluation epoch, scenario and predictor (same-run ratios)."""
+    history = workload.planner_history
     return {
         system.name: run_rollout(
-            workload.evaluation,
-            system,
-            scenario,
-            predictor or workload.progressive,
-            workload.history_lengths,
-            workload.history_prefill_tokens,
+            workload.evaluation, system, scenario, predictor or workload.progressive, history
         )
         for system in systems
     }
+
+
+def best_mp(
+    workload: Workload,
+    factory: Callable[[int], SystemConfig],
+    scenario: Scenario,
+    degrees: Sequence[int] = MP_DEGREES,
+) -> tuple[int, dict[int, RolloutResult]]:
+    """Run a homogeneous-MP system at every degree the budget allows; the degree with the
+    highest throughput and every run (heddle §7.1: baselines at their maximum-throughput MP)."""
+    sweep = {
+        m: compare_systems(workload, [factory(m)], scenario)[factory(m).name]
+        for m in degrees
+        if m <= scenario.gpu_budget
+    }
+    best = max(sweep, key=lambda m: (sweep[m].throughput, -m))
+    return best, sweep
 
 
 def summarise(result: RolloutResult) -> dict[str, object]:
@@ -152,11 +172,17 @@ def summarise(result: RolloutResult) -> dict[str, object]:
         "cache_hit_rate": result.cache_hit_rate(),
         "prefill_tokens": result.prefill_tokens,
         "preemptions": result.preemptions,
+        "kv_preemptions": result.kv_preemptions,
         "migrations": result.migrations,
+        "migrations_refused": result.migrations_refused,
+        "router_decisions": result.router_decisions,
     }
 
 
 def lower_bound(workload: Workload, scenario: Scenario) -> dict[str, float]:
-    makespan = lower_bound_makespan(workload.evaluation, scenario.latency)
+    if scenario.engine == "legacy":
+        makespan = lower_bound_makespan(workload.evaluation, scenario.latency)
+    else:
+        makespan = context_lower_bound_makespan(workload.evaluation, scenario.context)
     tokens = sum(r.total_tokens for r in workload.evaluation)
     return {"throughput_tokens_per_s": tokens / makespan, "makespan_s": makespan}

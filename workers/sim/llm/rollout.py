@@ -14,9 +14,8 @@ with the latest prediction available, and migrations are planned from each batch
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -28,101 +27,68 @@ from workers.algorithms.heddle.migration import (
     plan_migrations,
 )
 from workers.algorithms.heddle.parallelism import plan_parallelism, worker_cost
-from workers.algorithms.heddle.placement import GroupModel, WorkerCost, place_trajectories
+from workers.algorithms.heddle.placement import WorkerCost, place_trajectories
 from workers.algorithms.heddle.prediction import (
     LengthPredictor,
     TrajectoryContext,
     TrajectoryRecord,
 )
-from workers.algorithms.heddle.priority import PriorityPolicy, request_priority
+from workers.algorithms.heddle.priority import request_priority
 from workers.sim.events import EventLoop
+from workers.sim.llm.cost import ContextCost, EngineCost, LegacyCost
+from workers.sim.llm.profiler import profile_planner_model
+from workers.sim.llm.routing import CacheAwareConfig, CacheAwareRouter
+from workers.sim.llm.systems import (
+    PlacementPolicy,
+    RolloutResult,
+    Scenario,
+    SystemConfig,
+    TrajectoryOutcome,
+)
 from workers.sim.llm.worker import GenerationRequest, GenerationResult, LLMWorker
 
-
-class PlacementPolicy(enum.StrEnum):
-    STATIC_AFFINITY = "static_affinity"  # verl: each trajectory pinned to one worker, round-robin
-    CACHE_AWARE = "cache_aware"  # every step to the worker holding its prefix (ties: least load)
-    LOAD_THRESHOLD = "load_threshold"  # verl*/SGLang router: least-load if skewed, else cache
-    LEAST_INFLIGHT = "least_inflight"  # slime: every step to the least in-flight worker
-    HEDDLE_DP = "heddle_dp"  # presorted DP at dispatch (+ migration when enabled)
-
-
-@dataclass(frozen=True)
-class SystemConfig:
-    """One system under test. ``mp_degree``: homogeneous MP; ``None`` = annealed plan (§6).
-
-    ``balance_*_threshold``: the SGLang router's load-balance trigger (``--balance-abs-threshold``
-    64 and ``--balance-rel-threshold`` 1.5 by default); the absolute one is scaled down to 16
-    for the simulator's per-worker loads of tens of requests.
-    """
-
-    name: str
-    priority: PriorityPolicy = PriorityPolicy.ROUND_ROBIN
-    placement: PlacementPolicy = PlacementPolicy.STATIC_AFFINITY
-    mp_degree: int | None = 1
-    migration: bool = False
-    balance_abs_threshold: int = 16
-    balance_rel_threshold: float = 1.5
+__all__ = [
+    "PlacementPolicy",
+    "RolloutResult",
+    "RolloutSimulation",
+    "Scenario",
+    "SystemConfig",
+    "TrajectoryOutcome",
+    "WorkloadHistory",
+    "run_rollout",
+]
 
 
 @dataclass(frozen=True)
-class Scenario:
-    """The cluster and the engine knobs shared by all systems in a comparison.
+class WorkloadHistory:
+    """What the previous epoch tells the planners: trajectory lengths (the MP plan, §7.5), the
+    prefill a trajectory causes (prompt + tool outputs, the DP's per-member charge) and the mean
+    context a decoding request holds (the profiler's operating point)."""
 
-    Per GPU (a worker of MP ``m`` gets ``m`` times as much): ``max_batch_per_gpu`` running
-    requests (SGLang's running-batch cap; heddle §7.1 runs ~100 trajectories per worker, we keep
-    the cap under the trajectories per worker so requests queue); ``max_trajectories_per_gpu``,
-    the DP's group limit (KV capacity, see ``MPLatencyModel.alpha_curve``);
-    ``cache_tokens_per_gpu`` of prefix cache — 400 K tokens ≈ 50 GB of an 80 GB H100 left after
-    14B bf16 weights at Qwen3-14B's 160 KiB/token, rounded up. ``prediction_interval``: the
-    predictor service's batching delay, 0.1 s, the low end of heddle Table 1's 0.10–0.28 s.
-    """
+    lengths: tuple[float, ...]
+    prefill_tokens_per_trajectory: float
+    mean_context_tokens: float
+    mean_prefill_tokens: float
 
-    gpu_budget: int = 16
-    max_batch_per_gpu: int = 48
-    max_trajectories_per_gpu: int = 96
-    cache_tokens_per_gpu: float = 400_000.0
-    prediction_interval: float = 0.1
-    group_model: GroupModel = "fluid"
-    latency: MPLatencyModel = field(default_factory=MPLatencyModel)
-    seed: int = 0
-
-
-@dataclass
-class TrajectoryOutcome:
-    trajectory_id: str
-    total_tokens: int
-    steps: int
-    finished_at: float = 0.0
-    queueing_seconds: float = 0.0
-    migration_wait_seconds: float = 0.0
-    worker_ids: list[int] = field(default_factory=list)
-
-
-@dataclass
-class RolloutResult:
-    system: str
-    makespan: float
-    total_tokens: int
-    mp_degrees: tuple[int, ...]
-    outcomes: dict[str, TrajectoryOutcome]
-    active_over_time: list[tuple[float, int]]
-    prefill_tokens: int
-    cached_tokens: int
-    preemptions: int
-    migrations: int
-
-    @property
-    def throughput(self) -> float:
-        """End-to-end rollout throughput, output tokens per second (heddle §7.1's metric)."""
-        return self.total_tokens / self.makespan if self.makespan > 0 else 0.0
-
-    def longest_trajectory(self) -> TrajectoryOutcome:
-        return max(self.outcomes.values(), key=lambda o: (o.total_tokens, o.trajectory_id))
-
-    def cache_hit_rate(self) -> float:
-        total = self.prefill_tokens + self.cached_tokens
-        return self.cached_tokens / total if total else 0.0
+    @classmethod
+    def of(cls, records: Sequence[TrajectoryRecord]) -> WorkloadHistory:
+        contexts, prefills, per_trajectory = [], [], []
+        for record in records:
+            context = float(record.prompt_tokens)
+            prefills.append(context)
+            for step in record.steps:
+                contexts.append(context + step.output_tokens / 2.0)
+                context += step.output_tokens + step.tool_output_tokens
+                prefills.append(step.tool_output_tokens)
+            per_trajectory.append(
+                record.prompt_tokens + sum(s.tool_output_tokens for s in record.steps)
+            )
+        return cls(
+            lengths=tuple(float(r.total_tokens) for r in records),
+            prefill_tokens_per_trajectory=float(np.mean(per_trajectory)),
+            mean_context_tokens=float(np.mean(contexts)),
+            mean_prefill_tokens=float(np.mean(prefills)),
+        )
 
 
 @dataclass
@@ -142,7 +108,8 @@ class _Trajectory:
 
 
 class RolloutSimulation:
-    """Runs one rollout batch of ``records`` under ``system`` on ``scenario``."""
+    """Runs one rollout batch of ``records`` under ``system`` on ``scenario``; ``history`` (the
+    previous epoch) feeds the planners, without it they see the prompts only."""
 
     def __init__(
         self,
@@ -150,8 +117,7 @@ class RolloutSimulation:
         system: SystemConfig,
         scenario: Scenario,
         predictor: LengthPredictor,
-        history_lengths: Sequence[float] | None = None,
-        prefill_tokens_per_trajectory: float | None = None,
+        history: WorkloadHistory | None = None,
     ) -> None:
         if not records:
             raise ValueError("a rollout needs at least one trajectory")
@@ -159,16 +125,10 @@ class RolloutSimulation:
         self.system = system
         self.scenario = scenario
         self.predictor = predictor
-        self.history_lengths = history_lengths
-        # the prefill a trajectory causes (prompt + tool outputs), what the DP charges per
-        # member: from history when given, else the prompts alone (known at dispatch)
-        self.prefill_tokens_per_trajectory = (
-            prefill_tokens_per_trajectory
-            if prefill_tokens_per_trajectory is not None
-            else float(np.mean([r.prompt_tokens for r in records]))
-        )
+        prompts = float(np.mean([r.prompt_tokens for r in records]))
+        self.history = history or WorkloadHistory((), prompts, prompts, prompts)
         self.loop = EventLoop()
-        self.model = scenario.latency
+        self.model = self._planner_model()
         self.trajectories = {
             r.trajectory_id: _Trajectory(r, i, context_tokens=r.prompt_tokens)
             for i, r in enumerate(self.records)
@@ -184,11 +144,42 @@ class RolloutSimulation:
         self.prediction_event_pending = False
         self.transmissions = TransmissionScheduler()
         self.migrations = 0
+        self.migrations_refused = 0
         self.group_sizes: tuple[int, ...] = ()
         self.workers: list[LLMWorker] = []
         self.degrees: tuple[int, ...] = ()
+        self.router: CacheAwareRouter | None = None
 
     # ------------------------------------------------------------------ setup
+    def _planner_model(self) -> MPLatencyModel:
+        """What Heddle's DP and annealer believe: the legacy model itself, or the profile of the
+        context-aware engine at the previous epoch's mean context (heddle §5.2)."""
+        if self.scenario.engine == "legacy":
+            return self.scenario.latency
+        return profile_planner_model(
+            self.scenario.context,
+            mean_context=self.history.mean_context_tokens,
+            mean_prefill_tokens=self.history.mean_prefill_tokens,
+            max_batch=self.scenario.max_batch_per_gpu,
+            per_degree=self.system.per_degree_profile,
+        )
+
+    def _engine_cost(self, mp: int) -> EngineCost:
+        if self.scenario.engine == "legacy":
+            return LegacyCost(
+                partial(self.model.per_token_seconds, mp=mp), self.model.prefill_seconds(1, mp)
+            )
+        return ContextCost(self.scenario.context, mp)
+
+    def _batch_limit(self, mp: int) -> int:
+        """The running-batch cap the DP plans with: the engine's cap, and in the context model
+        the batch the KV pool holds at the mean context."""
+        cap = self.scenario.max_batch_per_gpu * mp
+        if self.scenario.engine == "legacy":
+            return cap
+        held = self.scenario.context.kv_capacity_tokens(mp) / self.history.mean_context_tokens
+        return max(1, min(cap, int(held)))
+
     def _context(self, t: _Trajectory) -> TrajectoryContext:
         steps = t.record.steps
         done = t.next_step
@@ -210,10 +201,10 @@ class RolloutSimulation:
                 self.model,
                 m,
                 len(self.records),
-                batch_limit=self.scenario.max_batch_per_gpu * m,
+                batch_limit=self._batch_limit(m),
                 group_limit=self.scenario.max_trajectories_per_gpu * m,
                 group_model=self.scenario.group_model,
-                prefill_tokens_per_trajectory=self.prefill_tokens_per_trajectory,
+                prefill_tokens_per_trajectory=self.history.prefill_tokens_per_trajectory,
             )
             for m in degrees
         ]
@@ -223,19 +214,15 @@ class RolloutSimulation:
         if self.system.mp_degree is None:
             # §7.5: the resource plan is made periodically, from the length distribution of
             # earlier rollouts (the tail's shape is stable even when who is long is not)
-            lengths = (
-                np.asarray(self.history_lengths, dtype=float)
-                if self.history_lengths is not None
-                else initial_totals
-            )
+            lengths = np.asarray(self.history.lengths or initial_totals, dtype=float)
             plan = plan_parallelism(
                 lengths,
                 budget,
                 self.model,
-                batch_limit_per_gpu=self.scenario.max_batch_per_gpu,
+                batch_limit_per_gpu=self._batch_limit(1),
                 group_limit_per_gpu=self.scenario.max_trajectories_per_gpu,
                 group_model=self.scenario.group_model,
-                prefill_tokens_per_trajectory=self.prefill_tokens_per_trajectory,
+                prefill_tokens_per_trajectory=self.history.prefill_tokens_per_trajectory,
                 seed=self.scenario.seed,
             )
             degrees = plan.degrees
@@ -248,8 +235,7 @@ class RolloutSimulation:
                 LLMWorker(
                     self.loop,
                     worker_id,
-                    per_token_seconds=partial(self.model.per_token_seconds, mp=mp),
-                    prefill_seconds_per_token=self.model.prefill_seconds(1, mp),
+                    cost=self._engine_cost(mp),
                     max_batch=self.scenario.max_batch_per_gpu * mp,
                     cache_capacity_tokens=self.scenario.cache_tokens_per_gpu * mp,
                     preemptive=preemptive,
@@ -259,14 +245,23 @@ class RolloutSimulation:
 
     def _initial_placement(self, initial_totals: np.ndarray) -> None:
         ordered = list(self.trajectories.values())
-        if self.system.placement is PlacementPolicy.HEDDLE_DP:
-            placement = place_trajectories(initial_totals, self._worker_costs(self.degrees))
-            self.group_sizes = placement.group_sizes
+        placement = self.system.placement
+        if placement is PlacementPolicy.HEDDLE_DP:
+            plan = place_trajectories(initial_totals, self._worker_costs(self.degrees))
+            self.group_sizes = plan.group_sizes
             for t in ordered:
-                t.worker = int(placement.assignment[t.index])
-        else:
-            for t in ordered:
-                t.worker = t.index % len(self.workers)
+                t.worker = int(plan.assignment[t.index])
+            return
+        for t in ordered:
+            t.worker = t.index % len(self.workers)
+        if placement is PlacementPolicy.SGLANG_ROUTER:
+            self.router = CacheAwareRouter(len(self.workers), self.system.router)
+        elif placement is PlacementPolicy.CACHE_AWARE:
+            config = CacheAwareConfig(
+                cache_threshold=self.system.router.cache_threshold,
+                balance_abs_threshold=float("inf"),
+            )
+            self.router = CacheAwareRouter(len(self.workers), config)
 
     # ------------------------------------------------------------------ routing
     def _route(self, t: _Trajectory) -> int:
@@ -274,19 +269,15 @@ class RolloutSimulation:
         if placement in (PlacementPolicy.STATIC_AFFINITY, PlacementPolicy.HEDDLE_DP):
             return t.worker
         loads = [w.load for w in self.workers]
-        least = int(np.argmin(loads))
-        if placement is PlacementPolicy.LEAST_INFLIGHT:
-            return least
-        key = t.record.trajectory_id
-        cached = [w.cached_tokens(key) for w in self.workers]
-        best_cache = int(np.argmax(cached)) if max(cached) > 0 else least
-        if placement is PlacementPolicy.CACHE_AWARE:
-            return best_cache
-        # LOAD_THRESHOLD (SGLang router semantics: --balance-abs/rel-threshold)
-        skewed = (max(loads) - min(loads) > self.system.balance_abs_threshold) and (
-            max(loads) > self.system.balance_rel_threshold * min(loads)
+        if self.router is None:  # LEAST_INFLIGHT
+            return int(np.argmin(loads))
+        return self.router.route(
+            trajectory=t.record.trajectory_id,
+            prompt=t.record.prompt_id,
+            prompt_tokens=t.record.prompt_tokens,
+            request_tokens=t.context_tokens,
+            loads=loads,
         )
-        return least if skewed else best_cache
 
     # ------------------------------------------------------------------ steps
     def _submit_step(self, t: _Trajectory) -> None:
@@ -391,11 +382,12 @@ class RolloutSimulation:
         self.transmissions.complete(request.trajectory_id)
         t = self.trajectories[str(request.trajectory_id)]
         key = t.record.trajectory_id
-        if tokens > 0:
-            self.workers[request.destination].insert_cache(key, tokens)
-        self.workers[request.source].drop_cache(key)
-        t.worker = request.destination
-        self.migrations += 1
+        if tokens > 0 and not self.workers[request.destination].insert_cache(key, tokens):
+            self.migrations_refused += 1  # the target's KV pool is full: stay where it is
+        else:
+            self.workers[request.source].drop_cache(key)
+            t.worker = request.destination
+            self.migrations += 1
         if t.waiting_for_migration:
             t.waiting_for_migration = False
             self.outcomes[key].migration_wait_seconds += self.loop.now - t.migration_started
@@ -428,6 +420,9 @@ class RolloutSimulation:
             cached_tokens=sum(w.stats.cached_tokens for w in self.workers),
             preemptions=sum(w.stats.preemptions for w in self.workers),
             migrations=self.migrations,
+            kv_preemptions=sum(w.stats.kv_preemptions for w in self.workers),
+            migrations_refused=self.migrations_refused,
+            router_decisions=dict(self.router.decisions) if self.router else {},
         )
 
 
@@ -436,12 +431,8 @@ def run_rollout(
     system: SystemConfig,
     scenario: Scenario,
     predictor: LengthPredictor,
-    history_lengths: Sequence[float] | None = None,
-    prefill_tokens_per_trajectory: float | None = None,
+    history: WorkloadHistory | None = None,
 ) -> RolloutResult:
-    """Run one rollout batch; ``history_lengths`` (earlier rollouts' trajectory lengths) feed the
-    annealed MP plan when ``system.mp_degree`` is ``None``; ``prefill_tokens_per_trajectory``
-    (from history) is the DP's per-member prefill charge."""
-    return RolloutSimulation(
-        records, system, scenario, predictor, history_lengths, prefill_tokens_per_trajectory
-    ).run()
+    """Run one rollout batch; ``history`` (the previous epoch) feeds the annealed MP plan when
+    ``system.mp_degree`` is ``None``, the DP's per-member prefill charge and the profiler."""
+    return RolloutSimulation(records, system, scenario, predictor, history).run()

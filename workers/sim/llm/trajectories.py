@@ -10,9 +10,15 @@ Generative model (our assumption; the paper publishes distributions only as figu
 - Each sample draws its own latent ``s ~ LogNormal(0, σ_s)`` — the intra-group divergence of
   Fig. 5 (one sample passes the example tests at once, another needs many repair steps).
 - Steps: ``1 + Poisson((mean_steps − 1) · d · s)``, capped at ``max_steps``.
-- The first step is the plan: ``plan_tokens · √d · s · LogNormal(0, 0.3)`` — tied to ``s``,
-  hence the "strong early indicator" of §4.1. Later steps: ``step_tokens · √(d·s) ·
-  LogNormal(0, 0.5)``. Totals are cut at ``max_total_tokens`` (40 K in §7).
+- Version 2 (the default): every step's length is ``base · √d · LogNormal(0, 0.5)``, ``base`` =
+  ``plan_tokens`` for the first step (the plan) and ``step_tokens`` after — independent of
+  ``s``. The sample's own latent shows only through how long it keeps going, so what a
+  predictor learns from the first steps is the survival and the group's finished siblings, not
+  a copy of the latent.
+- Version 1 (kept for the earlier results): the plan is ``plan_tokens · √d · s ·
+  LogNormal(0, 0.3)`` and later steps ``step_tokens · √(d·s) · LogNormal(0, 0.5)`` — the first
+  step's length carries ``s`` with little noise, which hands a predictor the answer.
+- Totals are cut at ``max_total_tokens`` (40 K in §7).
 - Tool calls: ``LogNormal`` with the per-profile mean of Table 1 (coding 0.45 s, search 1.42 s,
   math 0.05 s) and σ = 0.8 (Fig. 2's skewed tool latency); tool outputs add ``tool_output_tokens``
   of context (search results are long, so search is prefill-heavy, §7.1).
@@ -34,6 +40,7 @@ import numpy as np
 from workers.algorithms.heddle.prediction import StepRecord, TrajectoryRecord
 
 GROUP_SIZE = 16
+GENERATOR_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -109,9 +116,12 @@ def generate_trajectories(
     group_size: int = GROUP_SIZE,
     seed: int = 0,
     epoch: int = 0,
+    version: int = GENERATOR_VERSION,
 ) -> list[TrajectoryRecord]:
     """``prompts × group_size`` trajectories. Prompts (difficulty, length) depend only on
     ``seed``; samples also on ``epoch``, so epoch 0 can serve as history for epoch 1."""
+    if version not in (1, 2):
+        raise ValueError(f"unknown generator version {version}")
     spec = PROFILES[profile] if isinstance(profile, str) else profile
     records = []
     for p in range(prompts):
@@ -126,12 +136,13 @@ def generate_trajectories(
             steps = []
             total = 0
             for k in range(n_steps):
-                if k == 0:
-                    scale = spec.plan_tokens * np.sqrt(difficulty) * latent
-                    tokens = scale * rng.lognormal(0.0, 0.3)
+                base = spec.plan_tokens if k == 0 else spec.step_tokens
+                if version == 2:
+                    tokens = base * np.sqrt(difficulty) * rng.lognormal(0.0, 0.5)
+                elif k == 0:
+                    tokens = base * np.sqrt(difficulty) * latent * rng.lognormal(0.0, 0.3)
                 else:
-                    scale = spec.step_tokens * np.sqrt(difficulty * latent)
-                    tokens = scale * rng.lognormal(0.0, 0.5)
+                    tokens = base * np.sqrt(difficulty * latent) * rng.lognormal(0.0, 0.5)
                 out = int(max(8, min(tokens, spec.max_total_tokens - total)))
                 total += out
                 tool = float(

@@ -1,21 +1,24 @@
-"""A simulated LLM worker: continuous batching, prefix cache, priorities and preemption.
+"""A simulated LLM worker: continuous batching, prefix cache, KV memory, priorities, preemption.
 
 It stands in for one SGLang server (one data-parallel replica of ``mp`` GPUs) on the virtual
-clock of :class:`workers.sim.events.EventLoop` (DESIGN.md "The simulator").
+clock of :class:`workers.sim.events.EventLoop` (DESIGN.md "The simulator"). What a step costs
+comes from a :mod:`workers.sim.llm.cost` model:
 
-Model (heddle §2.2–§5, the assumptions live in ``workers.algorithms.heddle.latency_model``):
-
-- **Continuous batching**: up to ``max_batch`` requests decode together; all of them advance one
-  token every ``per_token_seconds(b)`` where ``b`` is the current running count. The simulation is
-  exact for that fluid model: it tracks a per-worker virtual token counter, so an event costs
-  O(log n) and not O(batch).
-- **Prefill** of the context tokens not found in the prefix cache stalls the whole batch for
-  ``uncached · prefill_seconds_per_token`` (prefill competes with decode for compute).
-- **Prefix cache**: per ``cache_key`` (a trajectory id) the number of context tokens whose KV is
-  resident, LRU-evicted beyond ``cache_capacity_tokens``; a running request's entry is pinned.
+- **Continuous batching**: up to ``max_batch`` requests run; every decoding request advances one
+  token per step. A step takes ``base(B, chunk) + kv_seconds_per_token · K``, ``K`` the running
+  batch's context; ``K`` grows by ``B`` tokens per step, so between two events the step time is
+  linear in the step count and the simulation integrates it exactly (a per-worker virtual step
+  counter; an event costs O(log n), not O(batch)). The legacy model has no ``K`` term.
+- **Prefill** of the context not in the prefix cache: chunked (``chunk_tokens`` per step, its
+  FLOPs added to the steps it shares with the decoding batch, the request decodes once its prefill
+  is done), or — legacy — a stall of the whole batch.
+- **KV memory** (context model): admission needs room for the request's context plus
+  ``admission_reserve_tokens`` (evicting cached prefixes, least recently used first); when the
+  running batch's KV fills the pool the lowest-priority running request is retracted (its KV
+  drops to the evictable cache, as SGLang's retract does) and re-queued.
 - **Priorities**: pending requests are ordered by ``priority`` (higher first, FIFO among equals);
   with ``preemptive=True`` a pending request that outranks the lowest-priority running request
-  preempts it (heddle Alg. 1). A preempted request keeps its KV, so it resumes without prefill.
+  preempts it (heddle Alg. 1), its prefix cache persisting (§4.2).
 - **Abort** removes a pending or running request and reports the tokens generated so far.
 """
 
@@ -23,51 +26,25 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import OrderedDict
+import math
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from workers.algorithms.heddle.priority import PriorityQueue, should_preempt
 from workers.sim.events import EventHandle, EventLoop
+from workers.sim.llm.cost import EngineCost, LegacyCost
+from workers.sim.llm.kv import KVPool
+from workers.sim.llm.requests import GenerationRequest, GenerationResult, WorkerPool
 
-_EPS_TOKENS = 1e-6
+__all__ = ["GenerationRequest", "GenerationResult", "LLMWorker", "WorkerPool", "WorkerStats"]
 
-
-@dataclass
-class GenerationResult:
-    """What a worker reports when a request leaves it (finished or aborted)."""
-
-    request_id: str
-    worker_id: int
-    submitted_at: float
-    first_scheduled_at: float | None
-    finished_at: float
-    queueing_seconds: float
-    output_tokens: int
-    prefill_tokens: int
-    cached_tokens: int
-    preemptions: int
-    aborted: bool
-    tag: Any = None
-
-
-@dataclass
-class GenerationRequest:
-    """One generation call: decode ``output_tokens`` after ``context_tokens`` of context.
-
-    ``cache_key`` names the prefix the context extends (a trajectory id; ``None`` = no reuse).
-    ``on_done`` is called (on the event loop, at the finish time) with a :class:`GenerationResult`.
-    ``tag`` is the caller's own data, handed back in the result.
-    """
-
-    request_id: str
-    output_tokens: int
-    context_tokens: int = 0
-    cache_key: str | None = None
-    priority: float = 0.0
-    on_done: Callable[[GenerationResult], None] | None = None
-    tag: Any = None
+_EPS = 1e-6
+# KV kept free per running request at admission, for its decode growth. SGLang reserves
+# new_token_ratio × min(max_new_tokens − generated, 4096) per running request, the ratio decaying
+# from 0.7 to 0.7 × 0.14 (sglang environ: SGLANG_INIT_NEW_TOKEN_RATIO, _MIN_NEW_TOKEN_RATIO_FACTOR,
+# SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION); we hold the decayed value, 0.098 × 4096.
+ADMISSION_RESERVE_TOKENS = 401
 
 
 @dataclass
@@ -78,13 +55,19 @@ class _State:
     pending_since: float
     queueing_seconds: float = 0.0
     first_scheduled_at: float | None = None
+    phase: str = "pending"  # pending | prefill | decode
+    generated: float = 0.0  # tokens produced in earlier runs (before a preemption)
     finish_at_virtual: float = 0.0
+    run: int = -1  # the finish-heap entry of this decode run (a preempted run's entry is stale)
+    admitted: int = -1  # admission order: among equal priorities the latest is preempted first
     started_virtual: float = 0.0
+    allocated: float = 0.0  # KV held at the start of this run (context model)
+    prefill_remaining: float = 0.0
+    prefill_cost: float = 0.0  # seconds per prefilled token
     has_kv: bool = False
     prefill_tokens: int = 0
     cached_tokens: int = 0
     preemptions: int = 0
-    running: bool = False
 
 
 @dataclass
@@ -93,44 +76,61 @@ class WorkerStats:
     prefill_tokens: int = 0
     cached_tokens: int = 0
     preemptions: int = 0
+    kv_preemptions: int = 0
     finished: int = 0
     aborted: int = 0
     busy_seconds: float = 0.0
 
 
 class LLMWorker:
-    """One simulated LLM server. See the module docstring for the model."""
+    """One simulated LLM server. See the module docstring for the model.
+
+    ``cost`` is the latency model; without it, ``per_token_seconds(b)`` and a flat
+    ``prefill_seconds_per_token`` make the legacy one (what DARTS's scenarios pass)."""
 
     def __init__(
         self,
         loop: EventLoop,
         worker_id: int,
         *,
-        per_token_seconds: Callable[[int], float],
+        per_token_seconds: Callable[[int], float] | None = None,
         prefill_seconds_per_token: float = 1e-4,
         max_batch: int = 256,
         cache_capacity_tokens: float = float("inf"),
         preemptive: bool = False,
         mp: int = 1,
+        cost: EngineCost | None = None,
+        admission_reserve_tokens: int = ADMISSION_RESERVE_TOKENS,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
+        if cost is None:
+            if per_token_seconds is None:
+                raise ValueError("give a cost model or per_token_seconds")
+            cost = LegacyCost(per_token_seconds, prefill_seconds_per_token)
         self.loop = loop
         self.worker_id = worker_id
         self.mp = mp
         self.max_batch = max_batch
         self.preemptive = preemptive
-        self._ptl = per_token_seconds
-        self._prefill_s_per_token = prefill_seconds_per_token
-        self._cache_capacity = cache_capacity_tokens
-        self._cache: OrderedDict[str, int] = OrderedDict()
-        self._pinned: dict[str, int] = {}
+        self.cost = cost
+        self._legacy = isinstance(cost, LegacyCost)
+        self._chunk = cost.chunk_tokens
+        self._reserve = admission_reserve_tokens
+        self.kv = KVPool(
+            cost.kv_capacity_tokens,
+            cache_capacity_tokens=cache_capacity_tokens,
+            pin_running=self._legacy,
+        )
         self._states: dict[str, _State] = {}
         self._pending = PriorityQueue(highest_first=True)
-        self._running = PriorityQueue(highest_first=False)
+        self._active = PriorityQueue(highest_first=False)  # prefilling + decoding
+        self._decoding: set[str] = set()
+        self._prefilling: deque[str] = deque()
         self._finish_heap: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
-        self._virtual = 0.0
+        self._virtual = 0.0  # decode steps done
+        self._kv_fixed = 0.0  # active KV = _kv_fixed + B · _virtual
         self._last_update = loop.now
         self._stall_until = loop.now
         self._completion: EventHandle | None = None
@@ -139,7 +139,7 @@ class LLMWorker:
     # ---------------------------------------------------------------- public API
     @property
     def running_count(self) -> int:
-        return len(self._running)
+        return len(self._active)
 
     @property
     def pending_count(self) -> int:
@@ -147,21 +147,24 @@ class LLMWorker:
 
     @property
     def load(self) -> int:
-        """Requests in flight here (running + pending): the slime/SGLang-router load signal."""
+        """Requests in flight here (running + pending): the SGLang-router load signal."""
         return len(self._states)
 
-    def cached_tokens(self, cache_key: str) -> int:
-        return self._cache.get(cache_key, 0)
+    @property
+    def active_kv_tokens(self) -> float:
+        return self._kv_fixed + len(self._decoding) * self._virtual
 
-    def insert_cache(self, cache_key: str, tokens: int) -> None:
-        """Install a prefix (a migrated KV cache arriving from another worker)."""
-        self._cache[cache_key] = max(tokens, self._cache.get(cache_key, 0))
-        self._cache.move_to_end(cache_key)
-        self._evict()
+    def cached_tokens(self, cache_key: str) -> int:
+        return self.kv.cached(cache_key)
+
+    def insert_cache(self, cache_key: str, tokens: int) -> bool:
+        """Install a prefix (a migrated KV cache arriving); ``False`` if the KV pool is too full."""
+        if not self._legacy:  # the pool's free room depends on the batch's KV now
+            self._advance()
+        return self.kv.insert(cache_key, tokens, self.active_kv_tokens)
 
     def drop_cache(self, cache_key: str) -> None:
-        if cache_key not in self._pinned:
-            self._cache.pop(cache_key, None)
+        self.kv.drop(cache_key)
 
     def submit(self, request: GenerationRequest) -> None:
         if request.request_id in self._states:
@@ -189,22 +192,44 @@ class LLMWorker:
         if request_id in self._pending:
             self._pending.remove(request_id)
             state.queueing_seconds += self.loop.now - state.pending_since
+            held = 0.0
         else:
-            self._running.remove(request_id)
-            state.remaining_tokens = max(state.finish_at_virtual - self._virtual, 0.0)
-        self._release(state, aborted=True)
+            held = self._stop_run(state)
+        self._release(state, held, aborted=True)
         self._fill()
         self._reschedule()
         return True
 
-    # ---------------------------------------------------------------- internals
+    # ---------------------------------------------------------------- step timing
+    def _step_now(self) -> tuple[float, float]:
+        """(step time now, its growth per step) — the step time is linear in the step count."""
+        decoding = len(self._decoding)
+        prefill = self._chunk if self._prefilling and self._chunk else 0
+        step = self.cost.base_step_seconds(decoding, prefill)
+        if self._legacy:
+            return step, 0.0
+        if prefill:
+            step += prefill * self._states[self._prefilling[0]].prefill_cost
+        kv = self.cost.kv_seconds_per_token
+        return step + kv * self.active_kv_tokens, kv * decoding
+
+    def _busy(self) -> bool:
+        return bool(self._decoding) or (bool(self._prefilling) and not self._legacy)
+
     def _advance(self) -> None:
         now = self.loop.now
-        decode_from = max(self._last_update, self._stall_until)
-        if self._running and now > decode_from:
-            dt = now - decode_from
-            self._virtual += dt / self._ptl(len(self._running))
-        if self._running and now > self._last_update:
+        start = max(self._last_update, self._stall_until) if self._legacy else self._last_update
+        if self._busy() and now > start:
+            step, growth = self._step_now()
+            elapsed = now - start
+            if growth > 0:
+                steps = 2.0 * elapsed / (step + math.sqrt(step * step + 2.0 * growth * elapsed))
+            else:
+                steps = elapsed / step
+            self._virtual += steps
+            if self._prefilling and self._chunk:
+                self._states[self._prefilling[0]].prefill_remaining -= self._chunk * steps
+        if self._busy() and now > self._last_update:
             self.stats.busy_seconds += now - self._last_update
         self._last_update = now
 
@@ -212,112 +237,198 @@ class LLMWorker:
         if self._completion is not None:
             self._completion.cancel()
             self._completion = None
-        while self._finish_heap and self._finish_heap[0][2] not in self._running:
+        while self._finish_heap and not self._current(self._finish_heap[0]):
             heapq.heappop(self._finish_heap)
-        if not self._finish_heap:
+        targets = []
+        if self._finish_heap:
+            targets.append(self._finish_heap[0][0] - self._virtual)
+        if self._prefilling and self._chunk:
+            targets.append(self._states[self._prefilling[0]].prefill_remaining / self._chunk)
+        if self._decoding and not self._legacy and len(self._active) > 1:
+            targets.append((self.kv.capacity - self.active_kv_tokens) / len(self._decoding))
+        if not targets:
             return
-        finish_virtual = self._finish_heap[0][0]
-        start = max(self.loop.now, self._stall_until)
-        delay_tokens = max(finish_virtual - self._virtual, 0.0)
-        when = start + delay_tokens * self._ptl(len(self._running))
-        self._completion = self.loop.at(when, self._on_completion)
+        steps = max(min(targets), 0.0)
+        step, growth = self._step_now()
+        start = max(self.loop.now, self._stall_until) if self._legacy else self.loop.now
+        self._completion = self.loop.at(
+            start + steps * step + growth * steps * steps / 2.0, self._on_step_event
+        )
 
-    def _on_completion(self) -> None:
+    def _on_step_event(self) -> None:
         self._completion = None
         self._advance()
         while self._finish_heap:
             finish_virtual, _, request_id = self._finish_heap[0]
-            if request_id not in self._running:
+            if not self._current(self._finish_heap[0]):
                 heapq.heappop(self._finish_heap)
                 continue
-            if finish_virtual > self._virtual + _EPS_TOKENS:
+            if finish_virtual > self._virtual + _EPS:
                 break
             heapq.heappop(self._finish_heap)
-            self._running.remove(request_id)
             state = self._states[request_id]
+            held = self._stop_run(state)
             state.remaining_tokens = 0.0
-            self._release(state, aborted=False)
+            self._release(state, held, aborted=False)
+        while self._prefilling and self._states[self._prefilling[0]].prefill_remaining <= _EPS:
+            self._start_decode(self._states[self._prefilling.popleft()])
+        if not self._legacy:
+            self._relieve_memory()
         self._fill()
         self._reschedule()
+
+    def _current(self, entry: tuple[float, int, str]) -> bool:
+        """A finish entry is live while its request decodes in the run that pushed it."""
+        request_id = entry[2]
+        return request_id in self._decoding and self._states[request_id].run == entry[1]
+
+    def _relieve_memory(self) -> None:
+        """Retract running requests, lowest priority first, while the batch's KV overflows."""
+        while len(self._active) > 1 and self.active_kv_tokens >= self.kv.capacity - _EPS:
+            self.stats.kv_preemptions += 1
+            self._preempt(self._victim())
+        self.kv.trim(self.active_kv_tokens)
+
+    # ---------------------------------------------------------------- admission
+    def _context_of(self, state: _State) -> float:
+        return state.request.context_tokens + state.generated
+
+    def _fits(self, state: _State) -> bool:
+        if self._legacy or state.has_kv:
+            return True
+        key = state.request.cache_key
+        cached = self.kv.cached(key) if key is not None else 0
+        needed = self._context_of(state) - cached + self._reserve * (len(self._active) + 1)
+        fits = self.kv.acquire(key or "", self.active_kv_tokens, needed)
+        return fits or not self._active  # alone on the worker, a request always runs
 
     def _fill(self) -> None:
         while self._pending:
             request_id, priority = self._pending.peek()
-            if len(self._running) < self.max_batch:
+            state = self._states[str(request_id)]
+            room = len(self._active) < self.max_batch
+            if room and self._fits(state):
                 self._pending.pop()
-                self._admit(str(request_id))
+                self._admit(state)
                 continue
-            if not self.preemptive:
+            if not self.preemptive or not self._active:
                 return
-            victim, lowest = self._running.peek()
+            victim = self._victim()
             if not should_preempt(
-                top_pending_priority=priority, lowest_running_priority=lowest, batch_full=True
+                top_pending_priority=priority,
+                lowest_running_priority=victim.request.priority,
+                batch_full=True,
             ):
                 return
-            self._preempt(str(victim))
+            self._preempt(victim)
 
-    def _admit(self, request_id: str) -> None:
-        state = self._states[request_id]
+    def _victim(self) -> _State:
+        """The running request to preempt: lowest priority, the latest admitted among equals
+        (the one with the least progress to lose, as vLLM's and SGLang's retraction)."""
+        _, lowest = self._active.peek()
+        candidates = (self._states[str(i)] for i in self._active)
+        return max(
+            (s for s in candidates if s.request.priority == lowest), key=lambda s: s.admitted
+        )
+
+    def _admit(self, state: _State) -> None:
         now = self.loop.now
+        state.admitted = next(self._seq)
         state.queueing_seconds += now - state.pending_since
         if state.first_scheduled_at is None:
             state.first_scheduled_at = now
         request = state.request
+        self._active.push(request.request_id, request.priority)
+        if self._legacy:
+            resident = self.kv.admit(request.cache_key)
+            if not state.has_kv:
+                self._count_prefill(state, min(resident, request.context_tokens))
+                uncached = request.context_tokens - state.cached_tokens
+                if uncached > 0:
+                    self._stall_until = max(now, self._stall_until) + (
+                        uncached * self.cost.prefill_seconds_per_token(uncached, 0)
+                    )
+                state.has_kv = True
+            self._start_decode(state)
+            return
+        context = self._context_of(state)
+        cached = min(float(self.kv.admit(request.cache_key)), context)
         if not state.has_kv:
-            cached = 0
-            if request.cache_key is not None:
-                cached = min(self._cache.get(request.cache_key, 0), request.context_tokens)
-            uncached = request.context_tokens - cached
-            state.prefill_tokens, state.cached_tokens = uncached, cached
-            self.stats.prefill_tokens += uncached
+            self._count_prefill(state, int(cached), round(context - cached))
+        state.allocated = context
+        self._kv_fixed += context
+        missing = context - cached
+        if missing > _EPS and self._chunk:
+            state.phase = "prefill"
+            state.prefill_remaining = missing
+            state.prefill_cost = self.cost.prefill_seconds_per_token(missing, cached)
+            self._prefilling.append(request.request_id)
+        else:
+            self._start_decode(state)
+        state.has_kv = True
+
+    def _count_prefill(self, state: _State, cached: int, uncached: int | None = None) -> None:
+        if uncached is None:
+            uncached = state.request.context_tokens - cached
+        if state.preemptions == 0 or state.cached_tokens + state.prefill_tokens == 0:
+            state.cached_tokens = cached
             self.stats.cached_tokens += cached
-            if uncached > 0:
-                self._stall_until = max(now, self._stall_until) + (
-                    uncached * self._prefill_s_per_token
-                )
-            state.has_kv = True
-        if request.cache_key is not None:
-            self._pinned[request.cache_key] = self._pinned.get(request.cache_key, 0) + 1
+        state.prefill_tokens += uncached
+        self.stats.prefill_tokens += uncached
+
+    def _start_decode(self, state: _State) -> None:
+        state.phase = "decode"
         state.started_virtual = self._virtual
         state.finish_at_virtual = self._virtual + state.remaining_tokens
-        state.running = True
-        self._running.push(request_id, request.priority)
-        heapq.heappush(self._finish_heap, (state.finish_at_virtual, next(self._seq), request_id))
+        self._kv_fixed -= self._virtual
+        self._decoding.add(state.request.request_id)
+        state.run = next(self._seq)
+        heapq.heappush(
+            self._finish_heap, (state.finish_at_virtual, state.run, state.request.request_id)
+        )
 
-    def _preempt(self, request_id: str) -> None:
-        state = self._states[request_id]
-        self._running.remove(request_id)
-        state.running = False
-        state.remaining_tokens = max(state.finish_at_virtual - self._virtual, 0.0)
+    # ---------------------------------------------------------------- leaving a run
+    def _stop_run(self, state: _State) -> float:
+        """Take a prefilling or decoding request out of its run; returns the KV it held."""
+        request_id = state.request.request_id
+        self._active.remove(request_id)
+        if state.phase == "decode":
+            self._decoding.discard(request_id)
+            left = max(state.finish_at_virtual - self._virtual, 0.0)
+            produced = state.remaining_tokens - left
+            state.remaining_tokens = left
+            state.generated += produced
+            self._kv_fixed -= state.allocated - state.started_virtual
+            held = state.allocated + produced
+        else:  # prefill
+            self._prefilling.remove(request_id)
+            self._kv_fixed -= state.allocated
+            held = state.allocated - max(state.prefill_remaining, 0.0)
+        state.phase = "pending"
+        return held
+
+    def _preempt(self, state: _State) -> None:
+        request = state.request
+        held = self._stop_run(state)
         state.preemptions += 1
         state.pending_since = self.loop.now
         self.stats.preemptions += 1
-        self._unpin(state.request.cache_key)
-        # the KV stays resident (heddle §4.2: preemption persists the prefix cache)
-        self._pending.push(request_id, state.request.priority)
-
-    def _unpin(self, cache_key: str | None) -> None:
-        if cache_key is None:
-            return
-        count = self._pinned.get(cache_key, 0) - 1
-        if count <= 0:
-            self._pinned.pop(cache_key, None)
+        if self._legacy:
+            self.kv.unpin(request.cache_key)  # the KV stays resident
         else:
-            self._pinned[cache_key] = count
+            # SGLang keeps a preempted request's prefix in the radix cache (heddle §4.2)
+            self.kv.release(request.cache_key, int(held), self.active_kv_tokens)
+            state.has_kv = False
+        self._pending.push(request.request_id, request.priority)
 
-    def _release(self, state: _State, *, aborted: bool) -> None:
+    def _release(self, state: _State, held: float, *, aborted: bool) -> None:
         request = state.request
         del self._states[request.request_id]
-        generated = float(request.output_tokens) - state.remaining_tokens
-        if state.running:
-            self._unpin(request.cache_key)
-            state.running = False
         if request.cache_key is not None and state.has_kv:
-            resident = request.context_tokens + round(generated)
-            self._cache[request.cache_key] = max(resident, self._cache.get(request.cache_key, 0))
-            self._cache.move_to_end(request.cache_key)
-            self._evict()
-        self.stats.tokens_generated += generated
+            if self._legacy:
+                held = request.context_tokens + round(state.generated)
+            self.kv.release(request.cache_key, round(held), self.active_kv_tokens)
+        self.stats.tokens_generated += state.generated
         if aborted:
             self.stats.aborted += 1
         else:
@@ -329,7 +440,7 @@ class LLMWorker:
             first_scheduled_at=state.first_scheduled_at,
             finished_at=self.loop.now,
             queueing_seconds=state.queueing_seconds,
-            output_tokens=round(generated),
+            output_tokens=round(state.generated),
             prefill_tokens=state.prefill_tokens,
             cached_tokens=state.cached_tokens,
             preemptions=state.preemptions,
@@ -339,34 +450,3 @@ class LLMWorker:
         if request.on_done is not None:
             callback = request.on_done
             self.loop.after(0.0, lambda: callback(result))
-
-    def _evict(self) -> None:
-        total = sum(self._cache.values())
-        if total <= self._cache_capacity:
-            return
-        for key in list(self._cache):
-            if total <= self._cache_capacity:
-                break
-            if key in self._pinned:
-                continue
-            total -= self._cache.pop(key)
-
-
-@dataclass
-class WorkerPool:
-    """A set of workers and a default router (least in-flight), for scenarios that do not care
-    about placement (e.g. single-turn GRPO rollouts)."""
-
-    workers: list[LLMWorker] = field(default_factory=list)
-
-    def least_loaded(self) -> LLMWorker:
-        return min(self.workers, key=lambda w: (w.load, w.worker_id))
-
-    def submit(self, request: GenerationRequest, worker_id: int | None = None) -> LLMWorker:
-        worker = self.least_loaded() if worker_id is None else self.workers[worker_id]
-        worker.submit(request)
-        return worker
-
-    def abort(self, request_id: str) -> bool:
-        """Fan the abort out to every worker (an unknown id is a no-op, as in SGLang)."""
-        return any(worker.abort(request_id) for worker in self.workers)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from workers.algorithms.heddle.latency_model import MPLatencyModel
@@ -16,6 +17,7 @@ from workers.algorithms.heddle.prediction import (
 from workers.algorithms.heddle.priority import PriorityPolicy
 from workers.sim.llm.baselines import (
     OraclePredictor,
+    context_lower_bound_makespan,
     fixed_mp,
     heddle,
     lower_bound_makespan,
@@ -23,7 +25,13 @@ from workers.sim.llm.baselines import (
     verl,
     verl_star,
 )
-from workers.sim.llm.rollout import PlacementPolicy, Scenario, SystemConfig, run_rollout
+from workers.sim.llm.rollout import (
+    PlacementPolicy,
+    Scenario,
+    SystemConfig,
+    WorkloadHistory,
+    run_rollout,
+)
 from workers.sim.llm.trajectories import (
     GROUP_SIZE,
     PROFILES,
@@ -49,30 +57,41 @@ def test_generator_groups_determinism_and_jsonl_round_trip(tmp_path: Path) -> No
     assert read_jsonl(path) == records
 
 
+Workload = tuple[list[TrajectoryRecord], ProgressivePredictor, WorkloadHistory]
+
+
 @pytest.fixture(scope="module")
-def workload() -> tuple[list[TrajectoryRecord], ProgressivePredictor, list[int]]:
+def workload() -> Workload:
     train = generate_trajectories("coding", prompts=4, seed=9, epoch=0)
     evaluation = generate_trajectories("coding", prompts=4, seed=9, epoch=1)
     predictor = ProgressivePredictor(PromptHistoryPredictor().fit(train), max_iter=30).fit(train)
-    return evaluation, predictor, [r.total_tokens for r in train]
+    return evaluation, predictor, WorkloadHistory.of(train)
 
 
-SCENARIO = Scenario(gpu_budget=4, max_batch_per_gpu=8, max_trajectories_per_gpu=32)
+SCENARIOS = {
+    engine: Scenario(gpu_budget=4, max_batch_per_gpu=8, max_trajectories_per_gpu=32, engine=engine)
+    for engine in ("context", "legacy")
+}
+SYSTEMS = [verl(), verl_star(2), slime(), fixed_mp(1), fixed_mp(4), heddle()]
 
 
-@pytest.mark.parametrize(
-    "system", [verl(), verl_star(), slime(), fixed_mp(1), fixed_mp(4), heddle()], ids=str
-)
+@pytest.mark.parametrize("engine", list(SCENARIOS))
+@pytest.mark.parametrize("system", SYSTEMS, ids=lambda s: f"{s.name}-{s.mp_degree}")
 def test_every_system_finishes_every_trajectory(
-    workload: tuple[list[TrajectoryRecord], ProgressivePredictor, list[int]],
-    system: SystemConfig,
+    workload: Workload, system: SystemConfig, engine: str
 ) -> None:
     records, predictor, history = workload
-    result = run_rollout(records, system, SCENARIO, predictor, history)
+    scenario = SCENARIOS[engine]
+    result = run_rollout(records, system, scenario, predictor, history)
     assert len(result.outcomes) == len(records)
     assert result.total_tokens == sum(r.total_tokens for r in records)
-    assert sum(result.mp_degrees) == SCENARIO.gpu_budget
-    assert result.makespan >= lower_bound_makespan(records, SCENARIO.latency) * 0.999
+    assert sum(result.mp_degrees) == scenario.gpu_budget
+    bound = (
+        lower_bound_makespan(records, scenario.latency)
+        if engine == "legacy"
+        else context_lower_bound_makespan(records, scenario.context)
+    )
+    assert result.makespan >= bound * 0.999
     assert result.active_over_time[0][1] == len(records)
     assert result.active_over_time[-1][1] == 0
     for record in records:
@@ -93,28 +112,60 @@ def test_pps_front_loads_the_longest_trajectory() -> None:
         for i in range(6)
     ]
     records = [*shorts, long]
-    scenario = Scenario(gpu_budget=1, max_batch_per_gpu=1, max_trajectories_per_gpu=16)
     oracle = OraclePredictor(records)
-    queueing = {}
-    for policy in (PriorityPolicy.PPS, PriorityPolicy.ROUND_ROBIN):
-        system = SystemConfig(policy.value, policy, PlacementPolicy.STATIC_AFFINITY, mp_degree=1)
-        result = run_rollout(records, system, scenario, oracle)
-        queueing[policy] = result.outcomes["L"].queueing_seconds
-    assert queueing[PriorityPolicy.PPS] < 0.2 * queueing[PriorityPolicy.ROUND_ROBIN]
+    for engine in ("context", "legacy"):
+        scenario = Scenario(
+            gpu_budget=1, max_batch_per_gpu=1, max_trajectories_per_gpu=16, engine=engine
+        )
+        queueing = {}
+        for policy in (PriorityPolicy.PPS, PriorityPolicy.ROUND_ROBIN):
+            system = SystemConfig(
+                policy.value, policy, PlacementPolicy.STATIC_AFFINITY, mp_degree=1
+            )
+            result = run_rollout(records, system, scenario, oracle)
+            queueing[policy] = result.outcomes["L"].queueing_seconds
+        assert queueing[PriorityPolicy.PPS] < 0.2 * queueing[PriorityPolicy.ROUND_ROBIN]
 
 
-def test_heddle_migrates_during_tool_calls_and_beats_verl(
-    workload: tuple[list[TrajectoryRecord], ProgressivePredictor, list[int]],
-) -> None:
+def test_heddle_migrates_during_tool_calls_and_keeps_its_caches(workload: Workload) -> None:
     records, predictor, history = workload
-    scenario = Scenario(gpu_budget=4, max_batch_per_gpu=8, max_trajectories_per_gpu=32)
-    ours = run_rollout(records, heddle(), scenario, predictor, history)
-    theirs = run_rollout(records, verl(), scenario, predictor, history)
-    assert ours.throughput > theirs.throughput
-    assert ours.cache_hit_rate() > 0.5
+    result = run_rollout(records, heddle(mp_degree=1), SCENARIOS["context"], predictor, history)
+    assert result.migrations > 0
+    assert result.cache_hit_rate() > 0.5
+    moved = [o for o in result.outcomes.values() if len(set(o.worker_ids)) > 1]
+    assert moved and all(o.migration_wait_seconds >= 0 for o in moved)
+
+
+def test_sglang_router_systems_report_their_decisions(workload: Workload) -> None:
+    records, predictor, history = workload
+    result = run_rollout(records, slime(), SCENARIOS["context"], predictor, history)
+    decisions = result.router_decisions
+    assert sum(decisions.values()) == sum(len(r.steps) for r in records)
+    assert decisions["cache_hit"] > 0
 
 
 def test_lower_bound_uses_the_fastest_mp() -> None:
     record = TrajectoryRecord("t", "p", "g", 0, (StepRecord(1000, 2.0, 0),))
     model = MPLatencyModel()
     assert lower_bound_makespan([record], model) == pytest.approx(1000 * model.tau(8) + 2.0)
+
+
+def _within_group_correlation(version: int) -> float:
+    """Mean correlation, within each prompt's group, of the first step's length with the number
+    of steps the sample goes on to take (the latent the generator draws per sample)."""
+    records = generate_trajectories("coding", prompts=60, seed=3, version=version)
+    groups: dict[str, list[TrajectoryRecord]] = {}
+    for record in records:
+        groups.setdefault(record.group_id, []).append(record)
+    values = []
+    for members in groups.values():
+        first = np.asarray([m.steps[0].output_tokens for m in members], dtype=float)
+        steps = np.asarray([len(m.steps) for m in members], dtype=float)
+        if first.std() > 0 and steps.std() > 0:
+            values.append(np.corrcoef(first, steps)[0, 1])
+    return float(np.mean(values))
+
+
+def test_generator_v2_does_not_leak_the_latent_through_the_first_step() -> None:
+    assert _within_group_correlation(1) > 0.3
+    assert abs(_within_group_correlation(2)) < 0.1

@@ -138,3 +138,24 @@ def test_pool_routes_to_least_loaded_and_rejects_duplicates() -> None:
         pool.submit(GenerationRequest("r0", 10), worker_id=chosen[0])
     with pytest.raises(ValueError):
         pool.submit(GenerationRequest("neg", -1), worker_id=0)
+
+
+def test_a_resumed_request_finishes_after_all_its_tokens() -> None:
+    """A preempted run's finish entry must not end the resumed run early (it outlived its run
+    while another request kept the finish heap's top)."""
+    loop = EventLoop()
+    results: dict[str, GenerationResult] = {}
+
+    def record(result: GenerationResult) -> None:
+        results[result.request_id] = result
+
+    worker = make_worker(loop, per_token_seconds=lambda batch: 0.01, max_batch=2, preemptive=True)
+    worker.submit(GenerationRequest("other", 80, priority=5, on_done=record))
+    worker.submit(GenerationRequest("low", 100, priority=1, on_done=record))
+    loop.after(
+        0.2, lambda: worker.submit(GenerationRequest("high", 20, priority=9, on_done=record))
+    )
+    loop.run()
+    assert results["low"].preemptions == 1
+    assert results["low"].finished_at == pytest.approx(1.2)
+    assert results["other"].finished_at == pytest.approx(0.8)
