@@ -67,6 +67,7 @@ class _Live:
     trajectory_index: int
     step_index: int
     pool: str
+    admitted_by: tuple[str, ...] = ()  # the external APIs that accepted the call
 
 
 @dataclass
@@ -141,8 +142,12 @@ class TangramSimulation:
             duration += assignment.load_seconds + self.overhead_s.get(pool, 0.0)
             for api_name in assignment.quota_units:
                 api = self.apis.get(api_name)
-                if api is not None:
-                    api.admit(now)
+                if api is None:
+                    continue
+                if api.admit(now):
+                    live.admitted_by += (api_name,)
+                else:
+                    live.record.failed = True  # the API refused it (HTTP 429): the call fails
             live.record.started = now
             live.record.dop = assignment.dop
             live.record.load_s = assignment.load_seconds
@@ -156,10 +161,8 @@ class TangramSimulation:
         live = self._live.pop(action_id)
         now = self.loop.now
         self.schedulers[live.pool].complete(action_id, now)
-        for api_name in live.template.resources:
-            api = self.apis.get(api_name)
-            if api is not None:
-                api.finish()
+        for api_name in live.admitted_by:
+            self.apis[api_name].finish()
         live.record.finished = now
         self.result.records.append(live.record)
         self._request_pass(live.pool)

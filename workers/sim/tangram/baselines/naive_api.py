@@ -73,6 +73,7 @@ def simulate_naive_api(
         api = apis[name]
 
         def attempt(tries: int) -> None:
+            record.attempts = tries + 1
             if api.admit(loop.now):
                 if math.isnan(record.started):
                     record.started = loop.now
@@ -83,9 +84,8 @@ def simulate_naive_api(
 
                 loop.after(template.t1, done)
                 return
-            record.attempts = tries + 1
             if tries >= p.max_retries:
-                record.failed = True
+                record.failed = True  # rejected on its first try and on every retry
                 record.started = loop.now
                 loop.after(p.error_latency_s, lambda: walker.finish(index, step, record))
                 return
