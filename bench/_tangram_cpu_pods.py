@@ -70,3 +70,15 @@ def sensitivity(
             }
         )
     return rows
+
+
+def summarise_sensitivity(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Static pods' best setting for them (the lowest static/elastic) beside the headline one."""
+    best = min(rows, key=lambda r: r["static_over_elastic_mean_act"])
+    by_name = {r["setting"]: r["static_over_elastic_mean_act"] for r in rows}
+    return {
+        "equal_exec_static_over_elastic": by_name["equal_exec"],
+        "legacy_static_over_elastic": by_name["legacy"],
+        "best_for_static_setting": best["setting"],
+        "best_for_static_static_over_elastic": best["static_over_elastic_mean_act"],
+    }

@@ -21,16 +21,23 @@ DEPTH = 2  # §6.1 "other setup": depth 2
 FIXED_DOPS = (4, 8, 16, 32)  # §6.4 compares DoP 4 and 16; 8 and 32 complete the range 1-32
 
 
+def cpu_scheduler(
+    nodes_count: int, cores: int, algorithm: str, fixed_dop: int = 4
+) -> ElasticScheduler:
+    """The production scheduler on the pool; every other policy field keeps its default."""
+    nodes = [
+        CpuNodeSpec.uniform(f"cpu-{i}", cores, NUMA_PER_NODE, MEMORY_MB) for i in range(nodes_count)
+    ]
+    return ElasticScheduler(
+        CpuTopology(nodes), depth=DEPTH, algorithm=algorithm, fixed_dop=fixed_dop
+    )
+
+
 def run_tangram(
     trace: Trace, nodes_count: int, cores: int, algorithm: str, fixed_dop: int = 4
 ) -> SimResult:
     """One pass of the trace through the production scheduler under one policy."""
-    nodes = [
-        CpuNodeSpec.uniform(f"cpu-{i}", cores, NUMA_PER_NODE, MEMORY_MB) for i in range(nodes_count)
-    ]
-    scheduler = ElasticScheduler(
-        CpuTopology(nodes), depth=DEPTH, algorithm=algorithm, fixed_dop=fixed_dop
-    )
+    scheduler = cpu_scheduler(nodes_count, cores, algorithm, fixed_dop)
     simulation = TangramSimulation(trace, {"cpu": scheduler}, overhead_s={"cpu": AOE_OVERHEAD_S})
     return simulation.run()
 

@@ -19,9 +19,11 @@ bounds what any scheduler could gain over the best fixed DoP at that point.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import math
+import statistics
 from typing import Any
 
 from bench._tangram_cpu_sim import CORES_PER_NODE, FIXED_DOPS, run_tangram
@@ -119,22 +121,31 @@ def trace_shape(trace: Trace) -> dict[str, float]:
     }
 
 
-def _brief(result: SimResult) -> dict[str, Any]:
+def _brief(result: SimResult, dops: bool = False) -> dict[str, Any]:
+    """The figures a point keeps per approach; the rewards' queueing and execution apart (the
+    mechanism behind a DoP choice), and with ``dops`` how many rewards ran at each DoP."""
     summary = result.summary()
-    return {
+    rewards = [r for r in result.records if r.kind == "reward"]
+    brief = {
         "mean_act_s": summary["mean_act_s"],
         "p99_act_s": summary["p99_act_s"],
         "mean_act_by_kind_s": summary["mean_act_by_kind_s"],
         "mean_queue_s": summary["mean_queue_s"],
+        "reward_mean_queue_s": statistics.fmean(r.started - r.submitted for r in rewards),
+        "reward_mean_execution_s": statistics.fmean(r.finished - r.started for r in rewards),
         "makespan_s": summary["makespan_s"],
     }
+    if dops:
+        counts = collections.Counter(r.dop for r in rewards)
+        brief["reward_dop_counts"] = {str(d): counts[d] for d in sorted(counts)}
+    return brief
 
 
 def run_point(
     point: SweepPoint, batch: int, nodes: int, cores: int = CORES_PER_NODE
 ) -> dict[str, Any]:
     trace = ai_coding_trace(batch, seed=0, params=point.params())
-    approaches = {"elastic": _brief(run_tangram(trace, nodes, cores, "elastic"))}
+    approaches = {"elastic": _brief(run_tangram(trace, nodes, cores, "elastic"), dops=True)}
     for dop in FIXED_DOPS:
         approaches[f"fixed_dop_{dop}"] = _brief(run_tangram(trace, nodes, cores, "fixed-dop", dop))
     approaches["lower_bound"] = _brief(lower_bound(trace, {"cpu": cores}))

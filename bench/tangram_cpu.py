@@ -23,17 +23,18 @@ the paper's Table 1 (queueing 0.015 vs execution 0.975).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 from bench._tangram_cpu_plot import plot
-from bench._tangram_cpu_pods import EQUAL_EXEC, LEGACY, sensitivity
+from bench._tangram_cpu_pods import EQUAL_EXEC, LEGACY, sensitivity, summarise_sensitivity
 from bench._tangram_cpu_sim import (
     AOE_OVERHEAD_S,
     CORES_PER_NODE,
-    DEPTH,
     FIXED_DOPS,
     FULL_NODES,
     NUMA_PER_NODE,
+    cpu_scheduler,
     run_tangram,
     scaled_to,
 )
@@ -48,6 +49,7 @@ TARGET_BATCH = 1280
 FULL_CORES_AT_1280 = (152, 208, 256, 304)
 
 
+@functools.cache  # by_cores at 256 cores is by_batch's row at 1 280: run it once
 def compare(batch: int, nodes: int, cores: int, seed: int = 0) -> dict[str, dict[str, Any]]:
     trace = ai_coding_trace(batch, seed=seed)
     results: dict[str, SimResult] = {"elastic": run_tangram(trace, nodes, cores, "elastic")}
@@ -97,9 +99,9 @@ def run(quick: bool) -> BenchReport:
         ]
     at = next(r for r in rows if r["batch"] == target_batch)["approaches"]
     elastic = at["elastic"]["mean_act_s"]
-    series["static_pods_sensitivity"] = sensitivity(
-        ai_coding_trace(target_batch, seed=0), nodes, cores, elastic
-    )
+    pods = sensitivity(ai_coding_trace(target_batch, seed=0), nodes, cores, elastic)
+    series["static_pods_sensitivity"] = pods
+    series["static_pods_sensitivity_summary"] = summarise_sensitivity(pods)
     sweep = run_sweep(quick, nodes)
     summary = summarise(sweep)
     series["regime_sweep"] = sweep
@@ -114,7 +116,7 @@ def run(quick: bool) -> BenchReport:
             "numa_per_node": NUMA_PER_NODE,
             "batches": batches,
             "scale": "1 node, batch / 5 (same load per node)" if quick else "paper's",
-            "scheduler": {"depth": DEPTH, "dop": "1-32", "estimate_window": 128},
+            "scheduler": cpu_scheduler(nodes, cores, "elastic").policy(),
             "fixed_dops": list(FIXED_DOPS),
             "aoe_overhead_s": AOE_OVERHEAD_S,
             "workload": dataclasses.asdict(AiCodingParams()),

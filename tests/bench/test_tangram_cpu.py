@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench._tangram_cpu_pods import EQUAL_EXEC, LEGACY, sensitivity
+from bench._tangram_cpu_pods import EQUAL_EXEC, LEGACY, sensitivity, summarise_sensitivity
 from bench._tangram_cpu_sim import AOE_OVERHEAD_S, FIXED_DOPS, scaled_to
 from bench._tangram_cpu_sweep import (
     REWARD_HEAVY,
@@ -56,6 +56,10 @@ def test_sensitivity_rows_compare_with_the_given_elastic() -> None:
         assert row["static_over_elastic_mean_act"] == pytest.approx(row["mean_act_s"] / 2.0)
     starts = {r["pod_params"]["pod_start_s"] for r in rows}
     assert {0.0, 2.0} <= starts
+    summary = summarise_sensitivity(rows)
+    lowest = min(r["static_over_elastic_mean_act"] for r in rows)
+    assert summary["best_for_static_static_over_elastic"] == lowest
+    assert summary["equal_exec_static_over_elastic"] <= summary["legacy_static_over_elastic"]
 
 
 def test_grid_holds_the_original_calibration_once_and_the_regime() -> None:
