@@ -24,7 +24,9 @@ def plot(rows: list[dict[str, Any]], sweep: list[dict[str, Any]], name: str) -> 
     import matplotlib.pyplot as plt
 
     shares = list(dict.fromkeys(p["reward_share"] for p in sweep))
-    fig, axes = plt.subplots(1, 1 + len(shares), figsize=(5.5 + 4.0 * len(shares), 4.2))
+    fig, axes = plt.subplots(
+        1, 1 + len(shares), figsize=(5.5 + 4.5 * len(shares), 4.2), layout="constrained"
+    )
     ax = axes[0]
     for approach in BY_BATCH_APPROACHES:
         ax.plot(
@@ -59,12 +61,12 @@ def plot(rows: list[dict[str, Any]], sweep: list[dict[str, Any]], name: str) -> 
                     fontsize=7,
                 )
         ax.set_xticks(range(len(medians)), [f"{m:g}" for m in medians])
-        ax.set_yticks(range(len(bursts)), bursts)
+        ax.set_yticks(range(len(bursts)), bursts if ax is axes[1] else [])
         ax.set_xlabel("reward median T1 (s)")
         ax.set_title(f"best fixed / elastic: {share}", fontsize=9)
     if image is not None:
-        fig.colorbar(image, ax=list(axes[1:]), shrink=0.8)
+        fig.colorbar(image, ax=list(axes[1:]), shrink=0.8, label="best fixed DoP / elastic")
     path = plot_path(name)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    fig.savefig(path, dpi=120)
     plt.close(fig)
     return path.name
