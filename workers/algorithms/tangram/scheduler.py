@@ -259,6 +259,7 @@ class ElasticScheduler:
                 accommodation=accommodation,
                 held=self._held_by_group,
                 now=now,
+                unread=len(self._waiting) - len(candidates) - len(leftovers),
             ).allocate(candidates, leftovers, reasons)
         selected = [c for c in candidates if c.entry.spec.action_id not in reasons]
         self._wait_reasons = reasons
