@@ -2,8 +2,7 @@
 
 The admitted candidates are split by (group, key resource); per split that holds an elastic
 action, the tail is greedily evicted while the approximated objective (Alg. 2) improves, with
-DPArrange (Alg. 3/4) giving the exact allocation of every candidate prefix in one DP. The greedy
-starts from the best of a doubling probe of eviction counts (``_best_prefix`` says why).
+DPArrange (Alg. 3/4) giving the exact allocation of every candidate prefix in one DP.
 
 Deviations, each for a stated reason:
 - a split may be evicted entirely (Alg. 1 lets ``t`` reach ``|C_j|``) only while something in
@@ -129,34 +128,18 @@ class ElasticAllocation:
                 reasons[cand.entry.spec.action_id] = DEFERRED
 
     def _best_prefix(self, split: _Split, last: int) -> int:
-        """How many members to keep: Alg. 1 lines 9-12, evict from the tail while the objective
-        improves, started from the best of a doubling probe (Loom's own).
-
-        The printed greedy evicts one action at a time and stops at the first eviction that
-        does not help. When many candidates arrive together, one eviction frees one unit, which
-        cannot pay for the evicted action's wait, so the greedy stops with every candidate at
-        its least units although evicting half of them would cut the objective (a plateau the
-        paper's steady arrivals rarely show). So we first probe evicting 0, 1, 2, 4, ... and
-        ``last`` actions, then run the printed greedy from the best probe, in both directions.
-        """
+        """How many members to keep: Alg. 1 lines 9-12, evict from the tail while the
+        objective improves (at most ``last``)."""
         count = len(split.members)
-        scores: dict[int, float] = {}
-
-        def objective(evict: int) -> float:
-            if evict not in scores:
-                scores[evict] = self._objective(split, count - evict)
-            return scores[evict]
-
-        probes = {0, last}
-        step = 1
-        while step < last:
-            probes.add(step)
-            step *= 2
-        best = min(sorted(probes), key=objective)
-        for direction in (1, -1):
-            while 0 <= best + direction <= last and objective(best + direction) < objective(best):
-                best += direction
-        return count - best
+        kept = count
+        best = self._objective(split, count)
+        for evict in range(1, last + 1):
+            trial = self._objective(split, count - evict)
+            if trial >= best:
+                break
+            best = trial
+            kept = count - evict
+        return kept
 
     def _split_resource(self, spec: ActionSpec) -> str | None:
         """The resource an action is grouped by in Alg. 1 line 5: its key elasticity resource,

@@ -93,3 +93,28 @@ def test_a_crowded_pool_gives_an_inefficient_action_fewer_units_than_an_empty_on
     crowded.submit(_reward("r"), 0.0)
     (narrower,) = crowded.schedule(0.0)
     assert 1 < narrower.dop < 32
+
+
+def test_a_burst_on_an_idle_gpu_pool_fills_it() -> None:
+    """Deferring cannot look cheaper merely because the estimate leaves out the restores the
+    candidates pay: an idle pool given many more actions than GPUs starts most of its GPUs."""
+    from workers.algorithms.tangram import GpuServiceSpec, GpuTopology
+
+    services = {f"s{i}": GpuServiceSpec(f"s{i}", weights_mb=16_000.0) for i in range(4)}
+    scheduler = ElasticScheduler(GpuTopology(["g0", "g1"], services, gpus_per_node=8))
+    for n in range(64):
+        service = f"s{n % 4}"
+        scheduler.submit(
+            ActionSpec(
+                f"a{n}",
+                {"gpu": ResourceDemand.one_of([1, 2, 4, 8])},
+                tool=service,
+                service=service,
+                key_resource="gpu",
+                elasticity=Elasticity.from_points({1: 1.0, 2: 0.92, 4: 0.85, 8: 0.7}, 8),
+                t1=30.0,
+            ),
+            0.0,
+        )
+    started = scheduler.schedule(0.0)
+    assert sum(a.dop for a in started) >= 12
