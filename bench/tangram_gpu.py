@@ -170,8 +170,9 @@ def _brief(summary: dict[str, Any]) -> dict[str, Any]:
 def gpus_for_same_act(
     batch: int, params: MopdParams | None = None, seed: int = 0, step: int = 1
 ) -> dict[str, Any]:
-    """The smallest Tangram pool, in GPUs, whose mean ACT ≤ the isolated services' best mean ACT
-    on their ``ISOLATED_GPUS_PER_SERVICE`` GPUs per service; every pool size is run."""
+    """The smallest Tangram pool, in GPUs, from which on every pool's mean ACT ≤ the isolated
+    services' best mean ACT on their ``ISOLATED_GPUS_PER_SERVICE`` GPUs per service; every pool
+    size is run (``step`` GPUs apart)."""
     params = params or MopdParams()
     trace = mopd_trace(batch, seed=seed, params=params)
     isolated = _best(isolated_runs(trace))
@@ -188,12 +189,15 @@ def gpus_for_same_act(
                 "service_loads": result.extra["service_loads"],
             }
         )
-    matching = [s["gpus"] for s in sweep if s["mean_act_s"] <= isolated["mean_act_s"]]
-    needed = min(matching) if matching else None
-    # every larger pool matches too, or the crossing is not clean
-    stays = needed is not None and all(
-        s["mean_act_s"] <= isolated["mean_act_s"] for s in sweep if s["gpus"] >= needed
-    )
+    matches = [s["mean_act_s"] <= isolated["mean_act_s"] for s in sweep]
+    first = next((s["gpus"] for s, ok in zip(sweep, matches, strict=True) if ok), None)
+    # the pool size from which on every larger pool matches too: a lucky pool below a worse one
+    # does not count
+    needed = None
+    for s, ok in zip(reversed(sweep), reversed(matches), strict=True):
+        if not ok:
+            break
+        needed = s["gpus"]
     return {
         "batch": batch,
         "isolated_gpus": isolated_gpus,
@@ -201,7 +205,7 @@ def gpus_for_same_act(
         "isolated_mean_act_s": isolated["mean_act_s"],
         "tangram_sweep": sweep,
         "tangram_gpus_needed": needed,
-        "every_larger_pool_matches": stays,
+        "first_matching_gpus": first,
         "fraction": (needed / isolated_gpus) if needed else float("inf"),
     }
 
