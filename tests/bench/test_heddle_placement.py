@@ -4,14 +4,20 @@ from bench import heddle_placement
 
 
 def test_placement_core_shape_and_sanity() -> None:
-    series = heddle_placement.run_core(prompts=2, gpus=2, profiles=["math"])
-    results = series["math"]
-    assert set(results) == {
-        "heddle_dp_migration",
-        "least_load",
-        "cache_aware",
-        "heddle_dp_migration_oracle",
-    }
-    tokens = {r["throughput_tokens_per_s"] * r["makespan_s"] for r in results.values()}
-    assert max(tokens) - min(tokens) < 1e-6 * max(tokens)  # same work for every system
-    assert all(0.0 <= r["cache_hit_rate"] <= 1.0 for r in results.values())
+    series = heddle_placement.run_core(
+        prompts=2, gpus=2, profiles=["math"], engines=["context", "legacy"]
+    )
+    for engine in ("context", "legacy"):
+        results = series[engine]["math"]
+        names = [heddle_placement.OURS, *heddle_placement.BASELINES]
+        rows = [results[n] for n in [*names, f"{heddle_placement.OURS}_oracle"]]
+        tokens = {r["throughput_tokens_per_s"] * r["makespan_s"] for r in rows}
+        assert max(tokens) - min(tokens) < 1e-6 * max(tokens)  # same work for every system
+        assert all(0.0 <= r["cache_hit_rate"] <= 1.0 for r in rows)
+        best = results["best_baseline"]
+        assert best in heddle_placement.BASELINES
+        assert all(
+            results[best]["throughput_tokens_per_s"] >= results[n]["throughput_tokens_per_s"]
+            for n in heddle_placement.BASELINES
+        )
+        assert results[f"{heddle_placement.OURS}_over_best_baseline"] > 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -159,7 +160,7 @@ def best_mp(
     return best, sweep
 
 
-def summarise(result: RolloutResult) -> dict[str, object]:
+def summarise(result: RolloutResult) -> dict[str, Any]:
     longest = result.longest_trajectory()
     return {
         "throughput_tokens_per_s": result.throughput,
