@@ -103,6 +103,8 @@ class ElasticAllocation:
             running = len(self.held.get(group, ()))
             others_sharing = running + len(members) + len(rest) + self.unread - 1
             price = holding_price(others_sharing, len(held) + _free_key_units(operator))
+            if any(c.entry.spec.service is not None for c in members):
+                price = 0.0  # GPU services: see holding_price
             costs = [self._cost_table(c, key, free_units, price) for c in members]
             arrangement = operator.arrange_prefixes(costs)
             rest_demands = [sizing.waiting_demand(entry) for entry in rest]
@@ -239,6 +241,10 @@ def holding_price(others: int, capacity: int) -> float:
     charge applies only to the unit-seconds beyond the action's work at its least units
     (``k·T(k) − m·T(m)``: the parallel inefficiency), so an action that scales perfectly is
     never held back.
+
+    Not for GPU services (§5.3): there a narrower allocation is another service instance to
+    restore, which evicts other services' cached copies; the price sees none of that and, in
+    ``tangram_gpu``, multiplied the restores of a congested pool. Their splits are not priced.
     """
     return max(0, others) / capacity if capacity > 0 else 0.0
 
