@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+from itertools import accumulate
 
 # (units of the key resource, seconds) for one estimated action
 Demand = tuple[int, float]
@@ -107,12 +108,9 @@ def estimate_remaining(
         return _place(heap, units, seconds) + extra + sum(_rest_ends(heap, rest, single))
     floor = _rest_ends(list(starts), rest, single)
     # tails[i]: the least the rest after index i can still add
-    tails = [0.0] * len(floor)
-    running = 0.0
-    for i in range(len(floor) - 1, 0, -1):
-        running += floor[i]
-        tails[i - 1] = running
-    least_rest = running + (floor[0] if floor else 0.0)
+    suffix_sums = list(accumulate(reversed(floor)))[::-1]
+    least_rest = suffix_sums[0] if suffix_sums else 0.0
+    tails = [*suffix_sums[1:], 0.0] if suffix_sums else []
     bounded = []
     for units, seconds, extra in first_options:
         start = starts[min(units, len(starts)) - 1] if starts else 0.0
@@ -126,7 +124,12 @@ def estimate_remaining(
             break
         heap = list(starts)
         total = _place(heap, units, seconds) + extra
-        if single and heap:
+        if single and heap and best == math.inf:
+            for duration in durations:  # nothing to prune against yet
+                end = heap[0] + duration
+                heapreplace(heap, end)
+                total += end
+        elif single and heap:
             for duration, tail in zip(durations, tails, strict=True):
                 end = heap[0] + duration
                 heapreplace(heap, end)

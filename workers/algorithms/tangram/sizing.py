@@ -179,22 +179,30 @@ class UnitSizing:
         """The key units Alg. 2 explores for the first remaining action: the paper's first
         ``depth`` options, plus (Loom's own) the doubling ladder from the smallest option to the
         largest, so that a deferral is weighed against a wide start (see ``objective``)."""
-        options = self.options(spec)
-        chosen = set(options[: self.policy.depth])
-        rung = options[0]
-        for units in options:
-            if units >= rung:
-                chosen.add(units)
-                rung = 2 * units
-        chosen.add(options[-1])
-        return sorted(chosen)
+        return list(_exploration_ladder(self.options(spec), self.policy.depth))
 
     def first_options(self, spec: ActionSpec) -> list[tuple[int, float]]:
         """The allocations Alg. 2 explores for the first remaining action, with durations."""
         if self.policy.algorithm != "elastic" or not spec.scalable:
             return [self.min_demand(spec)]
+        assert spec.elasticity is not None
+        units = _exploration_ladder(self.options(spec), self.policy.depth)
+        inverse = _inverse_speedup(spec.elasticity, units[-1] + 1)
         t1 = self.t1(spec)
-        return [(u, spec.duration(u, t1)) for u in self.exploration_units(spec)]
+        return [(u, t1 * float(inverse[u])) for u in units]
+
+
+@lru_cache(maxsize=1024)
+def _exploration_ladder(options: tuple[int, ...], depth: int) -> tuple[int, ...]:
+    """``options[:depth]`` and the doubling ladder from the smallest option to the largest."""
+    chosen = set(options[:depth])
+    rung = options[0]
+    for units in options:
+        if units >= rung:
+            chosen.add(units)
+            rung = 2 * units
+    chosen.add(options[-1])
+    return tuple(sorted(chosen))
 
 
 @lru_cache(maxsize=8192)
