@@ -101,8 +101,17 @@ class BasicDPOperator:
         best_state = [0]
         choices: list[NDArray[np.int64]] = []
         itemsize = dp.itemsize
-        for cost in costs:
+        for layer, cost in enumerate(costs):
             cost = cost[: capacity + 1]
+            if layer == 0:
+                # from the start state 0 alone: state j is reached by taking j units
+                dp = np.full(capacity + 1, np.inf)
+                dp[: cost.shape[0]] = cost
+                choices.append(np.arange(capacity + 1))
+                state = int(dp.argmin())
+                best.append(float(dp[state]))
+                best_state.append(state)
+                continue
             finite = np.flatnonzero(cost < np.inf)
             if finite.size == 0:
                 dp = np.full(capacity + 1, np.inf)
