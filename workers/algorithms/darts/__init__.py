@@ -9,7 +9,11 @@ from workers.algorithms.darts.allocation import (
     allocation_objective,
     min_max_normalise,
 )
-from workers.algorithms.darts.budget import LengthMomentsEMA, adaptive_total_budget
+from workers.algorithms.darts.budget import (
+    LengthMomentsEMA,
+    adaptive_total_budget,
+    calibrate_trade_off,
+)
 from workers.algorithms.darts.cost import (
     budget_cost_slope,
     data_parallel_cost,
@@ -17,6 +21,7 @@ from workers.algorithms.darts.cost import (
     representative_lengths,
     rollout_cost,
 )
+from workers.algorithms.darts.moments import censored_moments, kaplan_meier_masses
 from workers.algorithms.darts.planner import BatchPlan, DartsConfig, plan_batch
 from workers.algorithms.darts.sampling import (
     GroupDecision,
@@ -44,8 +49,11 @@ __all__ = [
     "allocate_redundancy",
     "allocation_objective",
     "budget_cost_slope",
+    "calibrate_trade_off",
+    "censored_moments",
     "data_parallel_cost",
     "fit_ptl_curve",
+    "kaplan_meier_masses",
     "min_max_normalise",
     "plan_batch",
     "representative_lengths",

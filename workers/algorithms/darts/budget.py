@@ -3,6 +3,12 @@
 ``U(M̄) = ρ_t·ln M̄ − λ·(k·M̄ + c)`` is maximised at ``M̄* = ρ_t / (λ·k)``; the budget is
 ``M_total = clip(⌊M̄*⌋, N·M, 2·N·M)``. ``ρ_t = σ̃_L / L̃`` comes from dataset-level moving averages
 of the response-length std and mean over preceding steps.
+
+``k`` "is derived from the measured PTL and cluster parameters" (Eq. 6): a property of the cluster,
+computed once (``cost.budget_cost_slope``) and held, not re-derived from each step's lengths. The
+paper gives no value for λ; it reports that the solved budget averages ``≈ 1.5·N·M`` (App. B,
+"Discussion of Redundancy Budget"), so :func:`calibrate_trade_off` sets λ once so that the first
+step lands there and Eq. 9 moves the budget with ``ρ_t`` afterwards.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from workers.algorithms.darts.moments import censored_moments
 
 
 def adaptive_total_budget(
@@ -36,11 +44,26 @@ def adaptive_total_budget(
     return max(low, math.floor(optimum))
 
 
+def calibrate_trade_off(*, rho: float, cost_slope: float, target_budget: float) -> float:
+    """λ such that Eq. 8's ``M̄* = ρ / (λ·k)`` equals ``target_budget`` at this ``ρ`` and ``k``.
+
+    A non-positive ``ρ`` or ``k`` leaves nothing to calibrate against; λ is then 0 (Eq. 9 clips
+    the unbounded optimum to its upper bound).
+    """
+    if target_budget <= 0:
+        raise ValueError("target_budget must be positive")
+    if rho <= 0 or cost_slope <= 0:
+        return 0.0
+    return rho / (target_budget * cost_slope)
+
+
 @dataclass
 class LengthMomentsEMA:
     """Moving averages of the batch response-length mean and std (the ``L̃``, ``σ̃_L`` of App. B).
 
     ``decay`` weighs the past: ``new = decay·old + (1−decay)·batch``. The first update sets both.
+    A batch's moments are censoring-aware when ``censored`` marks lower-bound lengths (aborted by
+    early stop or stopped at the length limit): see :mod:`workers.algorithms.darts.moments`.
     """
 
     decay: float = 0.9
@@ -51,11 +74,18 @@ class LengthMomentsEMA:
         if not 0.0 <= self.decay < 1.0:
             raise ValueError("decay must be in [0, 1)")
 
-    def update(self, lengths: Sequence[float] | np.ndarray) -> None:
+    def update(
+        self,
+        lengths: Sequence[float] | np.ndarray,
+        censored: Sequence[bool] | np.ndarray | None = None,
+    ) -> None:
         values = np.asarray(lengths, dtype=float)
         if values.size == 0:
             return
-        batch_mean, batch_std = float(values.mean()), float(values.std())
+        if censored is None:
+            batch_mean, batch_std = float(values.mean()), float(values.std())
+        else:
+            batch_mean, batch_std = censored_moments(values, censored)
         if self.mean is None or self.std is None:
             self.mean, self.std = batch_mean, batch_std
             return
