@@ -94,7 +94,7 @@ class ElasticAllocation:
                 group, key, [(c.entry.spec, c.units) for c in others]
             )
             free_units = _free_units_hint(operator)
-            held = self._held_units(group, key, others)
+            held = sorted(self._held_units(group, key, others))  # one run for each trial's sort
             rest = [
                 entry
                 for entry, entry_group in leftovers
@@ -204,12 +204,12 @@ class ElasticAllocation:
         """Alg. 2 for the candidate prefix ``split.members[:prefix]``; the rest wait."""
         sizing = self.sizing
         alloc = split.arrangement.allocation(prefix)
-        profile = list(split.held)
+        # free units, then the sorted held ones: one sorted run ahead of the candidates' units
+        profile = [0.0] * max(0, split.free_units - sum(alloc)) + split.held
         if alloc:
             kept = split.members[: len(alloc)]
             ends = [member.duration_at(units) for member, units in zip(kept, alloc, strict=True)]
             profile += np.repeat(ends, alloc).tolist()
-        profile.extend([0.0] * max(0, split.free_units - sum(alloc)))
         first: list[Option] = []
         later: list[Demand] = []
         single = split.rest_single
