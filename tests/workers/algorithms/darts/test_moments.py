@@ -31,7 +31,7 @@ def test_product_limit_masses_by_hand():
 
 
 def test_largest_censored_keeps_its_mass_efron():
-    values, masses = kaplan_meier_masses([1, 2, 10], [False, False, True])
+    _values, masses = kaplan_meier_masses([1, 2, 10], [False, False, True])
     assert masses.sum() == pytest.approx(1.0)
     assert masses[-1] == pytest.approx(1 / 3)
 

@@ -6,12 +6,11 @@ import numpy as np
 import pytest
 
 from workers.algorithms.darts import rollout_cost
+from workers.sim.darts.rollout import simulate_batch
 from workers.sim.darts.scenario import (
     PromptKind,
     ScenarioConfig,
     make_prompt_set,
-    run_batch,
-    simulate_batch,
     uniform_allocation,
 )
 
@@ -61,17 +60,32 @@ def test_uniform_allocation_spreads_budget():
     assert uniform_allocation(2, 40, upper=8).tolist() == [8, 8]
 
 
-def test_run_batch_compares_four_strategies_on_common_draws():
-    rng = np.random.default_rng(3)
-    profiles = make_prompt_set(SMALL, rng)
-    comparison = run_batch(SMALL, rng, profiles)
-    assert set(comparison.strategies) == {"standard", "uniform", "darts_no_pruning", "darts"}
-    for result in comparison.strategies.values():
-        assert len(result.kept_lengths) == SMALL.prompts * SMALL.group_size
-        assert result.rollout_seconds > 0
-    budget = sum(comparison.allocations)
-    assert SMALL.prompts * SMALL.group_size <= budget <= 2 * SMALL.prompts * SMALL.group_size
-    assert comparison.strategies["uniform"].samples_submitted == budget
-    assert comparison.strategies["darts"].tokens_generated <= (
-        comparison.strategies["darts_no_pruning"].tokens_generated
+def test_tail_batching_stop_leaves_the_slowest_groups_incomplete():
+    pools = [np.array([10, 10]), np.array([5000, 20]), np.array([30, 30])]
+    config = ScenarioConfig(prompts=2, group_size=2, workers=1, max_length=8192)
+    result = simulate_batch(
+        "tail", pools, [2, 2, 2], config, tail_pruning=False, stop_after_groups=2
     )
+    assert result.completed.tolist() == [True, False, True]
+    assert result.samples_aborted == 1  # the 5000-token sample; its 20-token sibling finished
+    assert int(result.kept.sum()) == 4
+    assert result.tokens_generated < 5000
+
+
+def test_per_sample_records_are_aligned():
+    pools = [np.array([10, 20, 30, 40, 3000, 4000, 5000, 6000])]
+    config = ScenarioConfig(prompts=1, group_size=4, workers=1, max_length=8192)
+    result = simulate_batch("darts", pools, [8], config, tail_pruning=True)
+    assert result.tokens.size == result.start.size == result.kept.size == 8
+    assert (result.finish >= result.start).all()
+    assert result.target.tolist() == pools[0].tolist()
+    assert (result.tokens <= result.target).all()
+    assert result.aborted.sum() == 4 and not result.streamable.any()
+
+
+def test_context_engine_runs_the_same_batch():
+    pools = [np.array([100, 400, 200]), np.array([50, 60, 70])]
+    config = ScenarioConfig(prompts=2, group_size=3, workers=1, engine="context")
+    result = simulate_batch("standard", pools, [3, 3], config, tail_pruning=False)
+    assert result.tokens_generated == 880
+    assert result.rollout_seconds > 0
