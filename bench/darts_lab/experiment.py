@@ -44,6 +44,7 @@ from workers.algorithms.darts import (
     InMemoryLengthVarianceStore,
     LengthMomentsEMA,
     budget_cost_slope,
+    calibrate_trade_off,
     plan_batch,
     smoothed_stds,
 )
@@ -129,6 +130,7 @@ class _DartsShaper:
         self.store = InMemoryLengthVarianceStore()
         self.moments = LengthMomentsEMA()
         self.trade_off: float | None = None
+        self.slope: float | None = None
 
     def plan(self, prompts: list[Prompt]) -> tuple[int, list[GroupRollout]]:
         c = self.config
@@ -147,20 +149,25 @@ class _DartsShaper:
                 total_budget=len(prompts) * c.group_size,
             )
             return plan.total_budget, plan.group_rollouts(darts)
-        slope = budget_cost_slope(
-            mean_length=self.moments.mean,
-            std_length=self.moments.std,
-            prompts=len(prompts),
-            group_size=c.group_size,
-        )
-        if self.trade_off is None:
-            # λ calibrated once, on the first step with history, so that this step's budget is
-            # the ~1.5·N·M the paper reports as the solved average (App. B); fixed afterwards.
-            target = c.budget_target_multiple * len(prompts) * c.group_size
-            self.trade_off = self.moments.rho / (target * slope) if slope > 0 else 0.0
+        if self.trade_off is None or self.slope is None:
+            # k once, from the PTL curve and the cluster (App. B Eq. 6), at the first step with
+            # history; λ calibrated then so that this step's budget is the ~1.5·N·M the paper
+            # reports as the solved average (App. B). Both held; the budget follows ρ_t.
+            self.slope = budget_cost_slope(
+                mean_length=self.moments.mean,
+                std_length=self.moments.std,
+                prompts=len(prompts),
+                group_size=c.group_size,
+            )
+            self.trade_off = calibrate_trade_off(
+                rho=self.moments.rho,
+                cost_slope=self.slope,
+                target_budget=c.budget_target_multiple * len(prompts) * c.group_size,
+            )
             darts = DartsConfig(
                 group_size=c.group_size, trade_off=self.trade_off, tail_pruning=self.tail_pruning
             )
+        slope = self.slope
         fixed = (
             None
             if self.fixed_budget_multiple is None
@@ -173,12 +180,15 @@ class _DartsShaper:
 
     def observe(self, prompts: list[Prompt], outputs: list[list[GeneratedSample]]) -> None:
         every_length: list[int] = []
+        censored: list[bool] = []
         for prompt, samples in zip(prompts, outputs, strict=True):
             # Aborted samples enter with their partial length: a lower bound on the real one.
             lengths = [len(s.tokens) for s in samples]
             self.store.observe(prompt.key, lengths)
-            every_length.extend(len(s.tokens) for s in samples if s.finished)
-        self.moments.update(every_length)
+            every_length.extend(lengths)
+            censored.extend(s.aborted or s.truncated for s in samples)
+        # ρ_t's moments treat aborted and length-capped samples as censored (Kaplan–Meier).
+        self.moments.update(every_length, censored)
 
 
 def _rollout(
