@@ -150,6 +150,7 @@ def measure(
 
 
 COLD_BURSTS = 30
+TARGET_REPEATS = 5  # runs of the target point (cpu-256, 512 waiting); targets use their median
 
 
 def cold_bursts(pool: str, queue: int, bursts: int) -> dict[str, Any]:
@@ -213,6 +214,8 @@ def run(quick: bool) -> BenchReport:
     with gc_thresholds(SERVICE_GC_THRESHOLDS):
         rows = [measure(pool, queue, passes) for pool in POOLS for queue in QUEUES]
         bursts = [cold_bursts(pool, 512, 10 if quick else COLD_BURSTS) for pool in POOLS]
+        # the target point again, so the target reads a median over runs of a noisy machine
+        repeats = [measure("cpu-256", 512, passes) for _ in range(TARGET_REPEATS - 1)]
         # the earlier default window, in the same run (the per-unit estimate reads it dearer)
         window_128 = measure("cpu-256", 512, passes, window=128)
     with gc_thresholds(None):
@@ -237,6 +240,7 @@ def run(quick: bool) -> BenchReport:
             "running action, tops the queue up, and times the schedule(now) that follows",
             "cold_burst_method": "512 actions arrive at once at an idle pool; the first pass is "
             "timed, over independent bursts (seeds 1000+)",
+            "target_repeats": TARGET_REPEATS,
         },
         series={
             "points": rows,
@@ -246,12 +250,23 @@ def run(quick: bool) -> BenchReport:
         },
     )
     target_row = next(r for r in rows if r["pool"] == "cpu-256" and r["queue"] == 512)
+    target_runs = [target_row, *repeats]
+    report.series["target_point_runs"] = [
+        {"p99_ms": r["p99_ms"], "cpu_p99_ms": r["cpu_p99_ms"], "p50_ms": r["p50_ms"]}
+        for r in target_runs
+    ]
     burst_row = next(r for r in bursts if r["pool"] == "cpu-256")
     report.targets += [
-        Target.at_most("p99_pass_ms_512_waiting_256_cores", float(target_row["p99_ms"]), 0.5),
+        Target.at_most(
+            "p99_pass_ms_512_waiting_256_cores_median_of_runs",
+            statistics.median(float(r["p99_ms"]) for r in target_runs),
+            0.5,
+        ),
         # the same passes in thread CPU time: what the pass costs when nothing preempts it
         Target.at_most(
-            "cpu_time_p99_pass_ms_512_waiting_256_cores", float(target_row["cpu_p99_ms"]), 0.5
+            "cpu_time_p99_pass_ms_512_waiting_256_cores_median_of_runs",
+            statistics.median(float(r["cpu_p99_ms"]) for r in target_runs),
+            0.5,
         ),
         Target.at_most(
             "cold_burst_p99_pass_ms_512_arriving_256_cores", float(burst_row["p99_ms"]), 5.0

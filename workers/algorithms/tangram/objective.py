@@ -59,18 +59,11 @@ def _place(profile: list[float], units: int, seconds: float) -> float:
 
 def _rest_ends(heap: list[float], rest: Sequence[Demand], single: bool) -> list[float]:
     """Place ``rest`` in FCFS order on ``heap`` (consumed); each action's end time."""
-    ends: list[float] = []
-    append = ends.append
     if single and heap:
         heapreplace = heapq.heapreplace
-        for _, duration in rest:
-            end = heap[0] + duration
-            heapreplace(heap, end)
-            append(end)
-    else:
-        for units, duration in rest:
-            append(_place(heap, units, duration))
-    return ends
+        # heapreplace pops the earliest release (the action's start) as it pushes start + d
+        return [heapreplace(heap, heap[0] + duration) + duration for _, duration in rest]
+    return [_place(heap, units, duration) for units, duration in rest]
 
 
 def estimate_remaining(
@@ -124,11 +117,8 @@ def estimate_remaining(
             break
         heap = list(starts)
         total = _place(heap, units, seconds) + extra
-        if single and heap and best == math.inf:
-            for duration in durations:  # nothing to prune against yet
-                end = heap[0] + duration
-                heapreplace(heap, end)
-                total += end
+        if single and heap and best == math.inf:  # nothing to prune against yet
+            total += sum([heapreplace(heap, heap[0] + d) + d for d in durations])
         elif single and heap:
             for duration, tail in zip(durations, tails, strict=True):
                 end = heap[0] + duration
