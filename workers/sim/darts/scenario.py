@@ -73,7 +73,7 @@ class ScenarioConfig:
     context: ContextLatencyModel = field(default_factory=ContextLatencyModel)
     prompt_tokens: int = 0
     steps: int = 16
-    tail_overprovision: tuple[float, ...] = (1.125, 1.25, 1.5, 2.0)
+    tail_overprovision: tuple[float, ...] = (1.125, 1.25, 1.5, 2.0, 3.0)
     trainer: TrainerModel = field(default_factory=TrainerModel)
     baseline_streaming: Streaming = "sample"
     darts_streaming: Streaming = "token"
