@@ -1,0 +1,87 @@
+"""The pass's caches stay exact: held-unit arrays, cached demands, and the pruned estimate."""
+
+from __future__ import annotations
+
+import heapq
+import random
+
+import pytest
+
+from workers.algorithms.tangram import CpuNodeSpec, CpuTopology, ElasticScheduler
+from workers.algorithms.tangram.action import ActionSpec, Elasticity, ResourceDemand
+from workers.algorithms.tangram.entries import Waiting
+from workers.algorithms.tangram.held import HeldUnits
+from workers.algorithms.tangram.objective import _place, estimate_remaining
+
+
+def test_held_units_reuse_slots_and_report_one_release_per_unit() -> None:
+    held = HeldUnits()
+    for i in range(20):  # past the initial capacity: the arrays grow
+        held.add(f"a{i}", 10.0 + i, {"cpu": 2, "memory_mb": 100})
+    held.remove("a3")
+    held.remove("missing")  # unknown ids are ignored
+    held.add("b", 5.0, {"cpu": 1})
+    assert len(held) == 20
+    times = held.release_times("cpu", now=12.0)
+    assert len(times) == 19 * 2 + 1
+    assert sorted(times)[:3] == [0.0, 0.0, 0.0]  # b (past its end) and a0 (ends at 10)
+    assert held.release_times("gpu", now=0.0) == []
+
+
+def _reward(action_id: str, tool: str = "pytest", t1: float | None = 60.0) -> ActionSpec:
+    return ActionSpec(
+        action_id,
+        {"cpu": ResourceDemand.between(1, 32)},
+        tool=tool,
+        key_resource="cpu",
+        elasticity=Elasticity.amdahl(0.95, 32),
+        t1=t1,
+    )
+
+
+def test_a_cached_demand_follows_policy_and_history_changes() -> None:
+    scheduler = ElasticScheduler(CpuTopology([CpuNodeSpec.uniform("n0", 64, 1, memory_mb=1 << 20)]))
+    sizing = scheduler._sizing
+    profiled = Waiting(_reward("p"), 0.0)
+    unprofiled = Waiting(
+        ActionSpec("u", {"cpu": ResourceDemand.exactly(1)}, tool="env"), submitted_at=0.0
+    )
+    assert sizing.waiting_demand(profiled) == (1, pytest.approx(60.0))
+    assert sizing.waiting_demand(unprofiled) == (1, pytest.approx(1.0))  # the default
+    scheduler.history.record(unprofiled.spec, 1, 4.0)
+    assert sizing.waiting_demand(unprofiled) == (1, pytest.approx(4.0))
+    scheduler.set_policy(min_dop=4)
+    units, seconds = sizing.waiting_demand(profiled)
+    assert units == 4 and seconds == pytest.approx(_reward("p").duration(4))
+    scheduler.set_policy(min_dop=None)
+    assert sizing.waiting_demand(profiled) == (1, pytest.approx(60.0))
+
+
+def _brute_force(profile: list[float], first, rest) -> float:
+    best = float("inf")
+    for units, seconds, extra in first:
+        heap = list(profile)
+        heapq.heapify(heap)
+        total = _place(heap, units, seconds) + extra
+        for demand_units, duration in rest:
+            total += _place(heap, demand_units, duration)
+        best = min(best, total)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_pruned_estimate_equals_trying_every_option_in_full(seed: int) -> None:
+    rng = random.Random(seed)
+    profile = [rng.choice([0.0, rng.uniform(0, 20)]) for _ in range(rng.randint(1, 24))]
+    first = [
+        (units, rng.uniform(1, 30) / units, rng.uniform(0, 3))
+        for units in sorted(rng.sample([1, 2, 4, 8, 16], rng.randint(1, 5)))
+    ]
+    single = seed % 2 == 0
+    rest = [
+        (1 if single else rng.choice([1, 2, 3]), rng.uniform(0.1, 20))
+        for _ in range(rng.randint(0, 30))
+    ]
+    assert estimate_remaining(profile, first, rest) == pytest.approx(
+        _brute_force(profile, first, rest)
+    )
