@@ -135,3 +135,19 @@ def test_rejects_bad_input() -> None:
         place_trajectories([1.0], [])
     with pytest.raises(ValueError):
         WorkerCost(np.array([1.0, 1.0]), tau=1.0)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_crossing_hint_changes_nothing_on_large_fleets(seed: int) -> None:
+    """Identical workers share the previous layer's crossing as a search bound; equal but
+    distinct worker objects search from scratch. Both must place alike."""
+    import dataclasses
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.lognormal(8, 1, 400)
+    worker = WorkerCost(random_alpha(rng, 400), tau=0.01)
+    hinted = place_trajectories(lengths, homogeneous_workers(worker, 24), max_items=128)
+    distinct = [dataclasses.replace(worker) for _ in range(24)]
+    plain = place_trajectories(lengths, distinct, max_items=128)
+    assert hinted.makespan == pytest.approx(plain.makespan)
+    assert hinted.group_sizes == plain.group_sizes
