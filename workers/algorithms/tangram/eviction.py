@@ -9,7 +9,12 @@ Deviations, each for a stated reason:
   its group is running or starting, else the estimate would wait for a completion that never
   comes; since the kept set is a prefix, the head cannot starve;
 - DPArrange's GetDuration (Alg. 3 line 17, supplied by the topology's operator) adds the
-  restore time when no free GPU chunk caches the service at that DoP (§5.3's EOE cost);
+  restore time a GPU-service action would pay at that DoP: the topology hands the free chunks
+  that cache the service to the candidates in FCFS order and charges the rest (§5.3's EOE
+  cost, counted per chunk: ``topology.gpu``);
+- DPArrange's costs carry a holding price for wasted unit-seconds (``holding_price``, Loom's
+  own; not on GPU-service splits), and Alg. 2 reads a per-unit completion profile
+  (``objective``);
 - a split is keyed by (group, resource): a CPU node is scheduled on its own (§5.2). Non-elastic
   actions join the split of the resource they use (their single option in the DP), so the
   tail eviction can hold them back to widen an elastic action ahead of them.
