@@ -1,17 +1,21 @@
 """A synthetic verifiable task with both of darts §3.2.2's tail patterns.
 
-A prompt is ``BOS T d1 d2 d3 d4 d5 d6 =`` with six digits and a task token ``T``:
+A prompt is ``BOS T d1 … d8 =``: eight binary digits (``DIGITS_PER_PROMPT``, ``BASE = 2``) and a
+task token ``T``. Arithmetic is mod 2, i.e. XOR.
 
-- ``E`` (easy, Pattern I "verbose and ineffective tails"): the answer is ``(d1 + d2) mod 5``. The
+- ``E`` (easy, Pattern I "verbose and ineffective tails"): the answer is ``(d1 + d2) mod 2``. The
   concise response ``A x EOS`` is enough; the policy may also ramble (``.`` tokens) before
   answering, and rambling answers are less reliable ("trapped in incorrect logical loops").
-- ``H`` (hard, Pattern II "necessary and effective tails"): the answer is ``(d1 + … + d6) mod 5``.
-  A tiny model cannot sum six digits in one token, but it can write the running sums
-  ``p2 … p6`` first (each one ``(prev + d) mod 5``, the easy skill) and then ``A p6 EOS``. Short
-  answers are guesses; the correct responses are the long ones.
+- ``H`` (hard, Pattern II "necessary and effective tails"): the answer is ``(d1 + … + d8) mod 2``.
+  A tiny model cannot sum eight digits in one token, but it can write the running sums
+  ``p2 … p8`` first (each one ``(prev + d) mod 2``, the easy skill) and then ``A p8 EOS``.
 
 A response is ``.* digits* A x EOS``; reward 1 when the digit after the first ``A`` is right and
-EOS follows it, else 0. A response that reaches the length limit without EOS is truncated.
+EOS follows it, else 0. A response that reaches ``MAX_RESPONSE`` tokens without EOS is truncated.
+
+Known limits of this testbed (left for a larger one): with ``BASE = 2`` a guess is right half
+the time, so short guesses on hard prompts are rewarded half the time; lengths are capped at
+``MAX_RESPONSE`` (max/mean length stays near 2, far from the papers' long tails).
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ class Prompt:
         return (self.digits[0] + self.digits[1]) % BASE
 
     def running_sums(self) -> list[int]:
-        """``p2 … p6``: the chain of thought a hard prompt needs."""
+        """``p2 … p8``: the chain of thought a hard prompt needs."""
         sums, total = [], self.digits[0]
         for digit in self.digits[1:]:
             total = (total + digit) % BASE
