@@ -71,10 +71,6 @@ class Candidate:
     costs: NDArray[np.float64] | None = field(default=None, repr=False)
     durations: NDArray[np.float64] | None = field(default=None, repr=False)
 
-    def cost_at(self, units: int) -> float:
-        assert self.costs is not None
-        return float(self.costs[units])
-
     def duration_at(self, units: int) -> float:
         assert self.durations is not None
         return float(self.durations[units])

@@ -37,7 +37,6 @@ from workers.algorithms.tangram.sizing import UnitSizing
 from workers.algorithms.tangram.topology.base import Accommodation, Topology
 
 DEFERRED = "deferred by elastic eviction"
-HOLDING_PRICE_SCALE = 2.0
 
 
 @dataclass
@@ -105,11 +104,13 @@ class ElasticAllocation:
                 for entry, entry_group in leftovers
                 if (entry_group is None or entry_group == group) and _uses(entry.spec, key)
             ]
-            running = len(self.held.get(group, ()))
-            others_sharing = running + len(members) + len(rest) + self.unread - 1
-            price = holding_price(others_sharing, len(held) + _free_key_units(operator))
+            free_key_units = _free_key_units(operator)
             if any(c.entry.spec.service is not None for c in members):
-                price = 0.0  # GPU services: see holding_price
+                price = 0.0  # GPU services are not priced: see holding_price
+            else:
+                running = len(self.held.get(group, ()))
+                sharing = running + len(members) + len(rest) + self.unread - 1
+                price = holding_price(sharing, len(held) + free_key_units)
             costs = [self._cost_table(c, key, free_units, price) for c in members]
             arrangement = operator.arrange_prefixes(costs)
             rest_demands = [sizing.waiting_demand(entry) for entry in rest]
@@ -117,7 +118,7 @@ class ElasticAllocation:
                 members,
                 arrangement,
                 held,
-                _free_key_units(operator),
+                free_key_units,
                 rest,
                 rest_demands,
                 all(units <= 1 for units, _ in rest_demands),
@@ -178,7 +179,7 @@ class ElasticAllocation:
         cand.costs = cand.durations
         if price > 0.0:
             # unit-seconds beyond the action's work at its least units (see holding_price)
-            cand.costs = cand.durations + (price * t1) * shape.wasted_work
+            cand.costs = cand.durations + (price * t1) * shape.wasted_work()
         return cand.costs
 
     def _priced(self, spec: ActionSpec, price: float) -> list[Option]:

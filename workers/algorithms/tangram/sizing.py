@@ -49,14 +49,19 @@ class CostShape:
     """What a scalable action's DPArrange cost row looks like apart from its ``T1``.
 
     ``T(k) = T1 · inverse_speedup[k] + mask[k]`` (Eq. 1; ``mask`` is +inf off the feasible
-    ``options``) and the holding charge's unit-seconds are ``T1 · wasted_work[k]``
-    (``k·T(k) − m·T(m)`` at the least option ``m``).
+    ``options``), and the holding charge's unit-seconds are ``T1 · wasted_work()[k]``.
     """
 
     options: tuple[int, ...]
     inverse_speedup: NDArray[np.float64]
     mask: NDArray[np.float64]
-    wasted_work: NDArray[np.float64]
+
+    def wasted_work(self) -> NDArray[np.float64]:
+        """``k·T(k) − m·T(m)`` per unit of ``T1`` at the least option ``m`` (0 off the options):
+        only a priced pass needs it."""
+        inverse, least = self.inverse_speedup, self.options[0]
+        work = np.arange(inverse.shape[0]) * inverse - least * inverse[least]
+        return np.where(np.isfinite(self.mask), np.maximum(work, 0.0), 0.0)
 
 
 class UnitSizing:
@@ -112,10 +117,7 @@ class UnitSizing:
         if mask is None:
             mask = self._masks[(fitting, size)] = np.full(size, np.inf)
             mask[list(fitting)] = 0.0
-        least = fitting[0]
-        work = np.arange(size) * inverse - least * inverse[least]
-        wasted = np.where(np.isfinite(mask), np.maximum(work, 0.0), 0.0)
-        return CostShape(fitting, inverse, mask, wasted)
+        return CostShape(fitting, inverse, mask)
 
     def is_elastic(self, spec: ActionSpec) -> bool:
         return spec.scalable and len(self.options(spec)) > 1
@@ -172,21 +174,18 @@ class UnitSizing:
             entry.demand_stamp = stamp
         return entry.demand
 
-    def min_duration(self, spec: ActionSpec) -> float:
-        return self.min_demand(spec)[1]
-
-    def exploration_units(self, spec: ActionSpec) -> list[int]:
+    def exploration_units(self, spec: ActionSpec) -> tuple[int, ...]:
         """The key units Alg. 2 explores for the first remaining action: the paper's first
         ``depth`` options, plus (Loom's own) the doubling ladder from the smallest option to the
         largest, so that a deferral is weighed against a wide start (see ``objective``)."""
-        return list(_exploration_ladder(self.options(spec), self.policy.depth))
+        return _exploration_ladder(self.options(spec), self.policy.depth)
 
     def first_options(self, spec: ActionSpec) -> list[tuple[int, float]]:
         """The allocations Alg. 2 explores for the first remaining action, with durations."""
         if self.policy.algorithm != "elastic" or not spec.scalable:
             return [self.min_demand(spec)]
         assert spec.elasticity is not None
-        units = _exploration_ladder(self.options(spec), self.policy.depth)
+        units = self.exploration_units(spec)
         inverse = _inverse_speedup(spec.elasticity, units[-1] + 1)
         t1 = self.t1(spec)
         return [(u, t1 * float(inverse[u])) for u in units]

@@ -66,9 +66,9 @@ def _pool(cores: int) -> CpuTopology:
 
 def test_exploration_keeps_the_papers_depth_and_adds_the_doubling_ladder() -> None:
     scheduler = ElasticScheduler(_pool(64), depth=2)
-    assert scheduler._sizing.exploration_units(_reward("r")) == [1, 2, 4, 8, 16, 32]
+    assert scheduler._sizing.exploration_units(_reward("r")) == (1, 2, 4, 8, 16, 32)
     scheduler.set_policy(min_dop=3, max_dop=20)
-    assert scheduler._sizing.exploration_units(_reward("r")) == [3, 4, 6, 12, 20]
+    assert scheduler._sizing.exploration_units(_reward("r")) == (3, 4, 6, 12, 20)
 
 
 def test_holding_price_is_the_others_share_of_the_units() -> None:
