@@ -46,6 +46,16 @@ class PrefixArrangement(Protocol):
 class DPOperator(Protocol):
     """The per-topology primitives Algorithm 3 needs, folded into one prefix-DP entry point."""
 
+    @property
+    def free_units(self) -> int:
+        """Units the tasks may share now (the per-unit profile's free entries)."""
+        ...
+
+    @property
+    def table_width(self) -> int:
+        """The largest unit count worth a column in a task's cost row."""
+        ...
+
     def arrange_prefixes(self, costs: Sequence[FloatArray]) -> PrefixArrangement: ...
 
 
@@ -91,10 +101,18 @@ class BasicDPOperator:
     def __init__(self, free_units: int) -> None:
         if free_units < 0:
             raise ValueError("free_units must be >= 0")
-        self.free_units = free_units
+        self._free_units = free_units
+
+    @property
+    def free_units(self) -> int:
+        return self._free_units
+
+    @property
+    def table_width(self) -> int:
+        return self._free_units
 
     def arrange_prefixes(self, costs: Sequence[FloatArray]) -> _BasicArrangement:
-        capacity = self.free_units
+        capacity = self._free_units
         dp = np.full(capacity + 1, np.inf)
         dp[0] = 0.0
         best = [0.0]
@@ -186,6 +204,16 @@ class GpuChunkDPOperator:
         self.free_chunks = free_chunks
         # N1..N8: the most chunks of each size the pool can ever show (radices of the encoding).
         self.bounds = (total_gpus, total_gpus // 2, total_gpus // 4, total_gpus // 8)
+
+    @property
+    def free_units(self) -> int:
+        """The GPUs in the free chunks."""
+        return sum(count * size for count, size in zip(self.free_chunks, CHUNK_SIZES, strict=True))
+
+    @property
+    def table_width(self) -> int:
+        """Every GPU of the pool: which chunk sizes fit is the DP's own question."""
+        return self.bounds[0]
 
     def encode(self, state: tuple[int, int, int, int]) -> int:
         n1, n2, n4, _ = self.bounds

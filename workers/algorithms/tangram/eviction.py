@@ -97,28 +97,26 @@ class ElasticAllocation:
             operator = self.accommodation.dp_operator(
                 group, key, [(c.entry.spec, c.units) for c in others]
             )
-            free_units = _free_units_hint(operator)
             held = sorted(self._held_units(group, key, others))  # one run for each trial's sort
             rest = [
                 entry
                 for entry, entry_group in leftovers
                 if (entry_group is None or entry_group == group) and _uses(entry.spec, key)
             ]
-            free_key_units = _free_key_units(operator)
             if any(c.entry.spec.service is not None for c in members):
                 price = 0.0  # GPU services are not priced: see holding_price
             else:
                 running = len(self.held.get(group, ()))
                 sharing = running + len(members) + len(rest) + self.unread - 1
-                price = holding_price(sharing, len(held) + free_key_units)
-            costs = [self._cost_table(c, key, free_units, price) for c in members]
+                price = holding_price(sharing, len(held) + operator.free_units)
+            costs = [self._cost_table(c, key, operator.table_width, price) for c in members]
             arrangement = operator.arrange_prefixes(costs)
             rest_demands = [sizing.waiting_demand(entry) for entry in rest]
             split = _Split(
                 members,
                 arrangement,
                 held,
-                free_key_units,
+                operator.free_units,
                 rest,
                 rest_demands,
                 all(units <= 1 for units, _ in rest_demands),
@@ -157,7 +155,7 @@ class ElasticAllocation:
         return next((r for r in self.topology.arranged_resources if r in spec.resources), None)
 
     def _cost_table(
-        self, cand: Candidate, key: str, free_units: int, price: float
+        self, cand: Candidate, key: str, table_width: int, price: float
     ) -> NDArray[np.float64]:
         """``T(k)`` over the feasible ``k`` (inf elsewhere) plus any restore the topology
         reports (Alg. 3's operator-supplied GetDuration: only an action naming a GPU service
@@ -170,7 +168,7 @@ class ElasticAllocation:
             table[units] = sizing.waiting_demand(cand.entry)[1]
             cand.durations = cand.costs = table
             return table
-        shape = sizing.cost_shape(spec, free_units)
+        shape = sizing.cost_shape(spec, table_width)
         t1 = sizing.t1(spec)
         cand.durations = t1 * shape.inverse_speedup + shape.mask
         if spec.service is not None:
@@ -257,24 +255,3 @@ def holding_price(others: int, capacity: int) -> float:
 
 def _uses(spec: ActionSpec, resource: str) -> bool:
     return resource in spec.resources
-
-
-def _free_key_units(operator: object) -> int:
-    """Key units the split may share now: the operator's free units (CPU, API) or the GPUs
-    in its free chunks."""
-    free = getattr(operator, "free_units", None)
-    if free is not None:
-        return int(free)
-    chunks = getattr(operator, "free_chunks", None)
-    if chunks is not None:
-        return sum(count * size for count, size in zip(chunks, (1, 2, 4, 8), strict=True))
-    return 0
-
-
-def _free_units_hint(operator: object) -> int:
-    """Largest unit count worth tabulating: the operator's free units (or every GPU)."""
-    free = getattr(operator, "free_units", None)
-    if free is not None:
-        return int(free)
-    bounds = getattr(operator, "bounds", None)
-    return int(bounds[0]) if bounds is not None else 1 << 16
