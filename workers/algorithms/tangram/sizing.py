@@ -104,13 +104,13 @@ class UnitSizing:
             self._options_memo[memo_key] = options
         return options
 
-    def cost_shape(self, spec: ActionSpec, free_units: int) -> CostShape:
-        """The cost row's shape for a scalable action when ``free_units`` can be shared: its
-        options up to ``free_units`` (at least its smallest)."""
+    def cost_shape(self, spec: ActionSpec, width: int) -> CostShape:
+        """The cost row's shape for a scalable action, tabulated up to ``width`` units: its
+        options up to ``width`` (at least its smallest)."""
         elasticity = spec.elasticity
         assert elasticity is not None
         options = self.options(spec)
-        fitting = options[: bisect_right(options, free_units)] or options[:1]
+        fitting = options[: bisect_right(options, width)] or options[:1]
         size = fitting[-1] + 1
         inverse = _inverse_speedup(elasticity, size)
         mask = self._masks.get((fitting, size))
