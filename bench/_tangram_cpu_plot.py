@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench._tangram_cpu_sim import FIXED_DOPS
-from bench.report import plot_path
+from bench.report import plot_mean_act_by_batch, plot_path
 
 BY_BATCH_APPROACHES = (
     "elastic",
@@ -28,16 +28,8 @@ def plot(rows: list[dict[str, Any]], sweep: list[dict[str, Any]], name: str) -> 
         1, 1 + len(shares), figsize=(5.5 + 4.5 * len(shares), 4.2), layout="constrained"
     )
     ax = axes[0]
-    for approach in BY_BATCH_APPROACHES:
-        ax.plot(
-            [r["batch"] for r in rows],
-            [r["approaches"][approach]["mean_act_s"] for r in rows],
-            marker="o",
-            label=approach,
-        )
+    plot_mean_act_by_batch(ax, rows, BY_BATCH_APPROACHES)
     ax.set_xlabel("RL batch size (trajectories)")
-    ax.set_ylabel("mean ACT (s)")
-    ax.set_yscale("log")
     ax.set_title(f"AI coding, {rows[0]['nodes']} nodes x {rows[0]['cores_per_node']} cores")
     ax.legend(fontsize=7)
     medians = sorted({p["reward_median_s"] for p in sweep})

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import platform
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,3 +89,14 @@ def plot_path(benchmark: str, suffix: str = "") -> Path:
     """Where a benchmark saves its PNG (beside the JSON)."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     return RESULTS_DIR / f"{benchmark}{suffix}.png"
+
+
+def plot_mean_act_by_batch(ax: Any, rows: list[dict[str, Any]], approaches: Iterable[str]) -> None:
+    """One line of mean ACT per approach over the rows' batch sizes, on a log scale (the
+    Tangram benches' ``by_batch`` series: ``{"batch": …, "approaches": {name: summary}}``)."""
+    batches = [r["batch"] for r in rows]
+    for approach in approaches:
+        means = [r["approaches"][approach]["mean_act_s"] for r in rows]
+        ax.plot(batches, means, marker="o", label=approach)
+    ax.set_yscale("log")
+    ax.set_ylabel("mean ACT (s)")

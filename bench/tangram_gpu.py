@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from bench.report import BenchReport, Target, plot_path
+from bench.report import BenchReport, Target, plot_mean_act_by_batch, plot_path
 from workers.algorithms.tangram import ElasticScheduler, GpuTopology
 from workers.algorithms.tangram.topology.gpu import (
     Loader,
@@ -225,16 +225,8 @@ def _plot(workloads: dict[str, dict[str, Any]]) -> str:
     for (name, data), (left, right) in zip(workloads.items(), axes, strict=True):
         rows = data["by_batch"]
         approaches = ("tangram", "tangram_fixed_dop", "isolated_sglang", "serverless_llm")
-        for approach in (*approaches, "lower_bound"):
-            left.plot(
-                [r["batch"] for r in rows],
-                [r["approaches"][approach]["mean_act_s"] for r in rows],
-                marker="o",
-                label=approach,
-            )
-        left.set_yscale("log")
+        plot_mean_act_by_batch(left, rows, (*approaches, "lower_bound"))
         left.set_xlabel("RL batch size")
-        left.set_ylabel("mean ACT (s)")
         left.set_title(f"{name}: 10 services, {NODES}x{GPUS_PER_NODE} GPUs")
         left.legend(fontsize=8)
         saving = data["gpus_for_same_act"]
