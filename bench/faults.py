@@ -78,6 +78,7 @@ from bench.report import BenchReport, Target
 
 RESULT_GRACE_S = 30.0  # the scheduler's default (run_scheduler --result-grace)
 SETTLE_S = ACTION_TIMEOUT_S + RESULT_GRACE_S + 15.0  # every live action has ended by then
+MID_BATCH_TRIES = 200  # attempts to land a web kill inside a batch request
 
 # --- scenarios ------------------------------------------------------------------------------
 
@@ -155,9 +156,14 @@ def scenario_web_kill(servers: Servers, size: dict[str, Any]) -> dict[str, Any]:
             submitter.start()
             for _ in range(size["kills"]):
                 time.sleep(size["between_s"])
-                if not ledger.in_flight.wait(10):
-                    raise RuntimeError("no batch request in flight to kill the web under")
-                time.sleep(random.uniform(0.0, 0.02))
+                # a random moment inside a batch request: a request that ended during the
+                # jitter (a quiet machine answers one in milliseconds) is passed over for the next
+                for _ in range(MID_BATCH_TRIES):
+                    if not ledger.in_flight.wait(10):
+                        raise RuntimeError("no batch request in flight to kill the web under")
+                    time.sleep(random.uniform(0.0, 0.02))
+                    if ledger.in_flight.is_set():
+                        break
                 mid_batch = ledger.in_flight.is_set()
                 fault = time.monotonic()
                 cluster.kill_web()

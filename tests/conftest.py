@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import platform
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -12,6 +13,11 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 import pytest
+
+# The official openai client (router and engine tests) reads the processor name for its headers,
+# which runs ``uname -p`` once per process: read it at collection, so that no test that is not
+# marked ``processes`` starts one.
+platform.uname().processor  # noqa: B018
 
 
 @dataclass
@@ -137,6 +143,27 @@ def redis_url() -> str:
     except redis.RedisError as exc:
         pytest.skip(f"Redis at {url} is not reachable: {exc}")
     return url
+
+
+@pytest.fixture
+def router_names(settings: Any, redis_url: str) -> Iterator[Any]:
+    """The control plane in Redis mode on a key prefix of its own, and the LLM router's Redis
+    names under it (``workers.router.registry.RegistryNames``); the prefix's keys go after."""
+    import uuid
+
+    import redis
+
+    from workers.router.registry import RegistryNames
+
+    prefix = f"looptest-{uuid.uuid4().hex[:12]}"
+    settings.REDIS_URL = redis_url
+    settings.LOOM_STREAM_PREFIX = prefix
+    yield RegistryNames(prefix)
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=f"{prefix}:*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
 
 
 # --- Tests that start real processes ----------------------------------------------------------

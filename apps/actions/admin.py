@@ -16,6 +16,7 @@ class ActionAdmin(admin.ModelAdmin):
         "status",
         "tool",
         "service",
+        "priority",
         "pool",
         "key_resource",
         "min_units",

@@ -63,6 +63,8 @@ class ActionOutputSerializer(ReusedFieldsMixin, serializers.ModelSerializer):
             "pool",
             "command",
             "payload",
+            "request",
+            "priority",
             "demand",
             "elasticity",
             "key_resource",
@@ -171,6 +173,7 @@ class ActionListSubmitApi(CursorListView):
         job = serializers.IntegerField(required=False, min_value=1, max_value=INT64_MAX)
         trajectory = serializers.IntegerField(required=False, min_value=1, max_value=INT64_MAX)
         tool = serializers.SlugField(required=False, max_length=100)
+        service = serializers.SlugField(required=False, max_length=100)
         submitted_after = serializers.DateTimeField(required=False)
         submitted_before = serializers.DateTimeField(required=False)
 
@@ -206,6 +209,7 @@ class ActionListSubmitApi(CursorListView):
             statuses=filters.get("status"),
             trajectory_id=filters.get("trajectory"),
             tool_name=filters.get("tool"),
+            service_name=filters.get("service"),
             submitted_after=filters.get("submitted_after"),
             submitted_before=filters.get("submitted_before"),
         )

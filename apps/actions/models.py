@@ -56,6 +56,10 @@ class Action(models.Model):
     )
     command = models.TextField(blank=True, default="")
     payload = models.JSONField(null=True, blank=True)
+    # A service action's input (arl-tangram §5.3), checked against the service's limits at
+    # submission, and its priority, forwarded to the service (higher runs first).
+    request = models.JSONField(null=True, blank=True)
+    priority = models.IntegerField(default=0)
 
     # {"cpu": {"min": 1, "max": 8}, "gpu": {"units": [1, 2, 4, 8]}, "api:openai": {...}}
     demand = models.JSONField()
@@ -118,6 +122,10 @@ class Action(models.Model):
             models.CheckConstraint(
                 name="action_queued_has_no_allocation",
                 condition=~Q(status=ActionStatus.QUEUED) | Q(allocation__isnull=True),
+            ),
+            models.CheckConstraint(
+                name="action_request_needs_service",
+                condition=Q(request__isnull=True) | Q(service__isnull=False),
             ),
             models.CheckConstraint(
                 name="action_tool_xor_service",

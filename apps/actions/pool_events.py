@@ -105,8 +105,10 @@ def _announce_new(actions: list[Action]) -> None:
         if pool is not None and len(actions) <= RECORDS_UP_TO:
             for action in members:
                 tool = catalog.tool_by_id(action.tool_id)
-                if action.tool_id is None or tool is not None:
-                    record = new_action_record(action, tool, str(pool.kind))
+                service = catalog.service_by_id(action.service_id)
+                known_tool = action.tool_id is None or tool is not None
+                if known_tool and (action.service_id is None or service is not None):
+                    record = new_action_record(action, tool, str(pool.kind), service)
                     records.append({f.name: getattr(record, f.name) for f in fields(record)})
         message = ActionsSubmitted(action_ids=tuple(a.pk for a in members), records=tuple(records))
         publish(names[pool_id], message)

@@ -14,7 +14,7 @@ import datetime as dt
 import functools
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Q
@@ -24,8 +24,17 @@ from apps.actions.hot_path import progress_from_row, progress_returning
 from apps.actions.models import ACTIVE_STATUSES, Action, ActionStatus
 from apps.actions.notify import publish_action_ended
 from apps.policies.models import Policy, PolicyKind
-from apps.resources.models import ApiQuota, Node, NodeStatus, PoolKind, ResourcePool, Tool
+from apps.resources.models import (
+    ApiQuota,
+    Node,
+    NodeStatus,
+    PoolKind,
+    ResourcePool,
+    Service,
+    Tool,
+)
 from workers.scheduler.records import (
+    ActionKind,
     ActionRecord,
     Applied,
     FinishUpdate,
@@ -71,6 +80,9 @@ RECORD_FIELDS = (
     "single_unit_duration_s",
     "trajectory_id",
     "allocation",
+    "request",
+    "priority",
+    "service__name",
     "tool__name",
     "tool__command_template",
     "tool__timeout_s",
@@ -78,6 +90,9 @@ RECORD_FIELDS = (
     "tool__network",
     "node__name",
 )
+
+
+_RECORD_KINDS: dict[str, ActionKind] = {PoolKind.API: "api", PoolKind.GPU: "gpu"}
 
 
 def _record(row: dict[str, Any], kind: str) -> ActionRecord:
@@ -88,7 +103,7 @@ def _record(row: dict[str, Any], kind: str) -> ActionRecord:
     return ActionRecord(
         action_id=row["id"],
         job_id=row["job_id"],
-        kind="api" if kind == PoolKind.API else "cpu",
+        kind=_RECORD_KINDS.get(kind, "cpu"),
         demand=row["demand"],
         submitted_at=_epoch(row["submitted_at"]),
         status=row["status"],
@@ -100,20 +115,28 @@ def _record(row: dict[str, Any], kind: str) -> ActionRecord:
         elasticity=row["elasticity"],
         single_unit_duration_s=row["single_unit_duration_s"],
         trajectory_id=row["trajectory_id"],
-        idempotent=bool(has_tool and row["tool__idempotent"]),
+        # A service request is a pure function of its input (a score, log-probs): safe to run
+        # again on another chunk when its agent is lost (arl-tangram §5.3).
+        idempotent=bool(has_tool and row["tool__idempotent"]) or row["service__name"] is not None,
         network=bool(has_tool and row["tool__network"]),
         node=row["node__name"],
         allocation=row["allocation"],
+        service=row["service__name"],
+        request=row["request"],
+        priority=row["priority"],
     )
 
 
-def new_action_record(action: Action, tool: Tool | None, pool_kind: str) -> ActionRecord:
+def new_action_record(
+    action: Action, tool: Tool | None, pool_kind: str, service: Service | None = None
+) -> ActionRecord:
     """The record ``load_queued`` would read for a row just inserted (the same ``_record``), so
     the web process can hand it to the scheduler with the announcement."""
     row = {name: getattr(action, name) for name in RECORD_FIELDS if "__" not in name}
     row["id"] = action.pk
     row.update(
         {
+            "service__name": service.name if service is not None else None,
             "tool__name": tool.name if tool is not None else None,
             "tool__command_template": tool.command_template if tool is not None else None,
             "tool__timeout_s": tool.timeout_s if tool is not None else None,
@@ -171,10 +194,10 @@ _SCHEDULE_SET = (
 _FINISH_SET = (
     f"UPDATE {TABLE} AS a SET status = v.status, finished_at = v.finished_at, "
     "started_at = v.started_at, exit_code = v.exit_code, output = v.output, "
-    "error_reason = v.reason "
+    "error_reason = v.reason, score = v.score "
     "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], "
-    "%s::int[], %s::text[], %s::text[]) "
-    "AS v(id, status, finished_at, started_at, exit_code, output, reason) "
+    "%s::int[], %s::text[], %s::text[], %s::float8[]) "
+    "AS v(id, status, finished_at, started_at, exit_code, output, reason, score) "
     f"WHERE a.id = v.id AND {_guard(FINISH, 'a.status')}"
 )
 
@@ -217,11 +240,10 @@ class _SetBasedWriter:
                 _FINISH_ROW_AS_A + tail, (*rows[0][1:], rows[0][0], *FINISH.sources)
             )
         else:
-            ids, statuses, finished, started, codes, outputs, reasons = _columns(rows, 7)
-            self.cursor.execute(
-                _FINISH_SET + tail,
-                [ids, statuses, finished, started, codes, outputs, reasons, *FINISH.sources],
-            )
+            columns = _columns(
+                rows, 8
+            )  # id, status, finished, started, code, output, reason, score
+            self.cursor.execute(_FINISH_SET + tail, [*columns, *FINISH.sources])
         return self.cursor.fetchall() if returning else []
 
 
@@ -301,8 +323,11 @@ class DjangoActionStore:
         return records
 
     def load_nodes(self, pool: str) -> list[NodeRegister]:
+        """The registrations as ``upsert_node`` kept them; a GPU node's with its GPUs, NVLink
+        groups, hosted services and the service cache last stored (arl-tangram §5.3: a rebuilt
+        scheduler starts from the cache the agents last reported)."""
         nodes = Node.objects.filter(pool__name=pool).exclude(status=NodeStatus.OFFLINE)
-        kind: Literal["cpu", "api"] = "api" if self.pool_kind(pool) == PoolKind.API else "cpu"
+        kind = _RECORD_KINDS.get(self.pool_kind(pool), "cpu")
         registers = []
         for node in nodes:
             self._node_ids[node.name] = node.pk
@@ -319,6 +344,7 @@ class DjangoActionStore:
                     numa={numa_node: tuple(group) for numa_node, group in enumerate(numa)},
                     memory_mb=node.memory_mb,
                     concurrency=int(capacity.get("concurrency", 0)),
+                    **_gpu_registration(capacity),
                 )
             )
         return registers
@@ -391,6 +417,7 @@ class DjangoActionStore:
                         update.exit_code,
                         cap_output(update.output),
                         update.reason,
+                        update.score,
                     )
                     for update in finished
                 ]
@@ -423,6 +450,7 @@ class DjangoActionStore:
             "memory_mb": register.memory_mb,
             "backend": register.backend,
             "concurrency": register.concurrency,
+            **_gpu_capacity(register),
         }
         node, _ = Node.objects.update_or_create(
             name=register.node_id,
@@ -431,6 +459,8 @@ class DjangoActionStore:
                 "capacity": capacity,
                 "cores": len(register.cores),
                 "memory_mb": register.memory_mb,
+                "gpus": len(register.gpus),
+                "gpu_memory_mb": len(register.gpus) * register.gpu_memory_mb,
                 "agent_version": register.agent_id[:64],
                 "last_heartbeat_at": timezone.now(),
             },
@@ -461,6 +491,38 @@ class DjangoActionStore:
                 return None
             self._node_ids[name] = pk
         return self._node_ids[name]
+
+
+def _gpu_capacity(register: NodeRegister) -> dict[str, Any]:
+    """A GPU node's part of ``Node.capacity`` (arl-tangram §5.3 "Pool"): its GPUs in the layout
+    the registration API uses (``apps.resources.capacity``), NVLink groups, hosted services and
+    the service cache (which service is resident on which chunk). Nothing for a CPU or API node.
+    """
+    if not register.gpus:
+        return {}
+    return {
+        "gpus": [{"index": gpu, "memory_mb": register.gpu_memory_mb} for gpu in register.gpus],
+        "nvlink_groups": [list(group) for group in register.nvlink_groups],
+        "services": register.services,
+        "cache": list(register.cache),
+    }
+
+
+def _gpu_registration(capacity: dict[str, Any]) -> dict[str, Any]:
+    """``NodeRegister``'s GPU fields from ``_gpu_capacity``'s layout (none for a CPU node)."""
+    gpus = [gpu for gpu in capacity.get("gpus") or () if isinstance(gpu, dict)]
+    if not gpus:
+        return {}
+    return {
+        "gpus": tuple(int(gpu["index"]) for gpu in gpus),
+        # The registration carries one memory per GPU: the smallest (what every chunk can hold).
+        "gpu_memory_mb": min(int(gpu["memory_mb"]) for gpu in gpus),
+        "nvlink_groups": tuple(
+            tuple(int(index) for index in group) for group in capacity.get("nvlink_groups") or ()
+        ),
+        "services": dict(capacity.get("services") or {}),
+        "cache": tuple(dict(entry) for entry in capacity.get("cache") or ()),
+    }
 
 
 def _progress_fits(rows: Sequence[tuple[Any, ...]]) -> bool:

@@ -78,6 +78,7 @@ def action_list(
     statuses: list[str] | None = None,
     trajectory_id: int | None = None,
     tool_name: str | None = None,
+    service_name: str | None = None,
     submitted_after: datetime | None = None,
     submitted_before: datetime | None = None,
 ) -> QuerySet[Action]:
@@ -90,6 +91,8 @@ def action_list(
         actions = actions.filter(trajectory_id=trajectory_id)
     if tool_name is not None:
         actions = actions.filter(tool__name=tool_name)
+    if service_name is not None:
+        actions = actions.filter(service__name=service_name)
     if submitted_after is not None:
         actions = actions.filter(submitted_at__gte=submitted_after)
     if submitted_before is not None:

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from rest_framework import serializers
 
 from apps.actions.selectors import SubmitCatalog
+from apps.actions.service_checks import check_service_action, service_default_demand
 from apps.actions.services import ActionSpec
 from apps.core.demand import DemandError, parse_demand
 from apps.resources.models import PoolKind
@@ -20,6 +21,7 @@ from apps.trajectories.models import Trajectory
 from controlplane.api.fields import INT64_MAX, FiniteFloatField
 
 MAX_DURATION_S = 10_000_000.0
+MAX_PRIORITY = 2**31 - 1
 
 
 def _positive_duration(value: float) -> None:
@@ -49,6 +51,17 @@ class ActionItemSerializer(serializers.Serializer):
         required=False, allow_blank=True, max_length=100_000, trim_whitespace=False
     )
     payload = serializers.JSONField(required=False, allow_null=True)
+    request = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        help_text='a service action\'s input, e.g. {"input_ids": [[1, 2, 3]]}',
+    )
+    priority = serializers.IntegerField(
+        required=False,
+        min_value=-MAX_PRIORITY,
+        max_value=MAX_PRIORITY,
+        help_text="forwarded to the service; higher runs first",
+    )
     demand = serializers.JSONField(
         required=False,
         help_text=(
@@ -90,6 +103,8 @@ class ActionItemSerializer(serializers.Serializer):
                 errors["service"] = [f"unknown service {attrs['service']!r}"]
         if tool is not None and service is not None:
             errors["service"] = ["give a tool or a service, not both"]
+        if attrs.get("request") is not None and attrs.get("service") is None:
+            errors["request"] = ["only an action naming a service takes a request"]
         if attrs.get("pool") is not None:
             pool = catalog.pools.get(attrs["pool"])
             if pool is None:
@@ -103,6 +118,10 @@ class ActionItemSerializer(serializers.Serializer):
             demand_json = tool.resource_template
             if "elasticity" not in attrs:
                 elasticity_json = tool.elasticity
+        elif demand_json is None and service is not None:
+            demand_json, service_elasticity = service_default_demand(service)
+            if "elasticity" not in attrs:
+                elasticity_json = service_elasticity
         if demand_json is None:
             raise serializers.ValidationError({"demand": ["this field is required"]})
         try:
@@ -121,6 +140,13 @@ class ActionItemSerializer(serializers.Serializer):
         payload = attrs.get("payload")
         if catalog.pool_kind(pool_id) == PoolKind.API:
             _check_api_request(payload)
+        if service is not None:
+            check_service_action(
+                service=service,
+                demand=demand,
+                pool_kind=catalog.pool_kind(pool_id),
+                request=attrs.get("request"),
+            )
         timeout_s = attrs.get("timeout_s")
         if timeout_s is None and tool is not None:
             timeout_s = tool.timeout_s
@@ -132,6 +158,8 @@ class ActionItemSerializer(serializers.Serializer):
             pool_id=pool_id,
             command=attrs.get("command", ""),
             payload=payload,
+            request=attrs.get("request"),
+            priority=attrs.get("priority", 0),
             single_unit_duration_s=attrs.get("single_unit_duration_s"),
             timeout_s=timeout_s,
             idempotency_key=attrs.get("idempotency_key"),

@@ -45,6 +45,8 @@ class ActionSpec:
     pool_id: int | None = None
     command: str = ""
     payload: Any = None
+    request: Any = None
+    priority: int = 0
     single_unit_duration_s: float | None = None
     timeout_s: float | None = None
     idempotency_key: str | None = None
@@ -66,6 +68,8 @@ def _build(*, job: Job, spec: ActionSpec, now: datetime) -> Action:
         pool_id=spec.pool_id,
         command=spec.command,
         payload=spec.payload,
+        request=spec.request,
+        priority=spec.priority,
         demand=spec.demand.as_json(),
         elasticity=spec.demand.elasticity,
         key_resource=spec.demand.key_resource,

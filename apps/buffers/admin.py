@@ -1,26 +1,59 @@
-from django.contrib import admin
+"""Buffer and trigger definitions in the admin. The forms check what the API checks
+(``Buffer.clean`` and ``Trigger.clean`` run ``apps.buffers.rules``): a trigger added inline is
+checked against the schema being saved with it."""
 
-from apps.buffers.models import Buffer, Trigger
+from django.contrib import admin
+from django.http import HttpRequest
+
+from apps.buffers.models import Buffer, BufferSnapshot, Trigger
 
 
 class TriggerInline(admin.TabularInline):
     model = Trigger
     extra = 0
-    readonly_fields = ["created_at", "updated_at"]
+    fields = ["name", "kind", "params", "target", "enabled"]
 
 
 @admin.register(Buffer)
 class BufferAdmin(admin.ModelAdmin):
-    list_display = ["name", "job", "capacity", "sampler", "sync_mode", "updated_at"]
-    list_filter = ["sampler", "sync_mode"]
+    list_display = ["name", "job", "capacity", "eviction", "sampler", "sync_mode", "updated_at"]
+    list_filter = ["sampler", "sync_mode", "eviction"]
     search_fields = ["name", "job__name"]
-    readonly_fields = ["created_at", "updated_at"]
+    readonly_fields = ["service_name", "created_at", "updated_at"]
+    fields = [
+        "job",
+        "name",
+        "schema",
+        "capacity",
+        "eviction",
+        "sampler",
+        "sync_mode",
+        "config",
+        "service_name",
+        "created_at",
+        "updated_at",
+    ]
     inlines = [TriggerInline]
 
 
 @admin.register(Trigger)
 class TriggerAdmin(admin.ModelAdmin):
-    list_display = ["name", "buffer", "kind", "enabled", "updated_at"]
+    list_display = ["name", "buffer", "kind", "target", "enabled", "updated_at"]
     list_filter = ["kind", "enabled"]
     search_fields = ["name", "buffer__name"]
     readonly_fields = ["created_at", "updated_at"]
+
+
+@admin.register(BufferSnapshot)
+class BufferSnapshotAdmin(admin.ModelAdmin):
+    """Read-only: snapshots are what the buffer service reported."""
+
+    list_display = ["buffer", "taken_at", "held", "steps_written", "samples"]
+    list_select_related = ["buffer__job"]
+    date_hierarchy = "taken_at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False

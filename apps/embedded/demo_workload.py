@@ -1,27 +1,34 @@
 """The demo's live workload: AI-coding trajectories whose actions really run on this machine.
 
-Each trajectory writes a small Python project into its sandbox, alternates "LLM thinking" (a
-pause) with tool actions — short shell commands there — and ends with its reward: the project's
-test suite run as an elastic action (``pytest -n {dop}``, arl-tangram §2.2), whose pass rate
-becomes the trajectory's reward and the action's score. Actions go through the same services as
-the REST API, so the scheduler, the agent and the dashboard see ordinary traffic.
+Each trajectory writes a small Python project into its sandbox, alternates LLM turns with tool
+actions — short shell commands there — and ends with its reward: the project's test suite run as
+an elastic action (``pytest -n {dop}``, arl-tangram §2.2), whose pass rate becomes the
+trajectory's reward and the action's score. Actions go through the same services as the REST
+API, so the scheduler, the agent and the dashboard see ordinary traffic. An LLM turn is real
+generation through Loom's router (``LlmEndpoint``: the embedded CPU engine, OpenAI's chat API
+with the trajectory named in ``X-Loom-Trajectory``, long-tailed lengths), or a pause without one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
+import httpx
 from django.utils import timezone
 
 from apps.actions.models import Action
 from apps.actions.notify import get_notifier
+from apps.actions.service_checks import service_default_demand
 from apps.actions.services import ActionSpec, action_submit
 from apps.core.demand import parse_demand
 from apps.jobs.models import Job
-from apps.resources.models import ResourcePool, Tool
+from apps.resources.models import ResourcePool, Service, Tool
 from apps.trajectories.models import Trajectory, TrajectoryStatus
 from apps.trajectories.services import trajectory_create
 from workers.demo.projects import parse_suite, suite_command, write_command
@@ -32,6 +39,8 @@ SUITE_TOOL = "pytest-suite"
 SHELL_TOOL = "shell"
 # E(m) of a pytest-xdist suite measured on small suites: worker start-up makes it sub-linear.
 SUITE_EFFICIENCY = [1.0, 0.85, 0.7, 0.6]
+LLM_TURN_MEDIAN_TOKENS = 96  # output lengths are log-normal around this (long-tailed, heddle §2)
+LLM_TURN_MAX_TOKENS = 1024
 SHELL_STEPS = (
     "ls -la > listing.txt && wc -l listing.txt",
     "python3 -c 'print(sum(i * i for i in range(200_000)))'",
@@ -62,6 +71,15 @@ def ensure_demo_tools(pool: ResourcePool) -> None:
     )
 
 
+@dataclass(frozen=True)
+class LlmEndpoint:
+    """Where the workload's LLM turns go: a router's base URL, the job's key, the model id."""
+
+    url: str
+    api_key: str
+    model: str
+
+
 class DemoWorkload:
     def __init__(
         self,
@@ -71,9 +89,14 @@ class DemoWorkload:
         concurrent_trajectories: int = 3,
         think_seconds: tuple[float, float] = (0.5, 2.0),
         seed: int = 7,
+        llm: LlmEndpoint | None = None,
+        gpu_pool: ResourcePool | None = None,
     ) -> None:
         self.job = job
         self.pool = pool
+        self.gpu_pool = gpu_pool
+        self.llm = llm
+        self._http: httpx.AsyncClient | None = None
         self.concurrent = concurrent_trajectories
         self.think_seconds = think_seconds
         self.random = random.Random(seed)
@@ -84,6 +107,9 @@ class DemoWorkload:
 
     async def run(self, stop: asyncio.Event) -> None:
         await asyncio.to_thread(ensure_demo_tools, self.pool)
+        if self.llm is not None:
+            headers = {"Authorization": f"Bearer {self.llm.api_key}"}
+            self._http = httpx.AsyncClient(base_url=self.llm.url, headers=headers, timeout=120)
         slots = [
             asyncio.create_task(self._trajectory_loop(stop, i)) for i in range(self.concurrent)
         ]
@@ -91,6 +117,8 @@ class DemoWorkload:
         for slot in slots:
             slot.cancel()
         await asyncio.gather(*slots, return_exceptions=True)
+        if self._http is not None:
+            await self._http.aclose()
 
     async def _trajectory_loop(self, stop: asyncio.Event, slot: int) -> None:
         while not stop.is_set():
@@ -113,8 +141,8 @@ class DemoWorkload:
         )
         steps = [write_command(tests=tests, rounds_per_test=6)]  # the rollout writes its code
         steps += self.random.sample(SHELL_STEPS, k=2)
-        for command in steps:
-            await asyncio.sleep(self.random.uniform(*self.think_seconds))
+        for turn, command in enumerate(steps):
+            await self._think(trajectory, turn, command)
             await self._run(trajectory, SHELL_TOOL, command, {"cpu": 1}, None, None)
         suite = await self._run(
             trajectory,
@@ -124,8 +152,33 @@ class DemoWorkload:
             {"resource": "cpu", "efficiency": SUITE_EFFICIENCY},
             0.4 * tests,
         )
+        if self.gpu_pool is not None:  # the GPU services score the rollout (arl-tangram §5.3)
+            for service in ("reward-model", "teacher"):
+                await self._serve(trajectory, service, tests)
+        if self._http is not None:  # the router forgets it; its rows keep the final state
+            await self._http.post(f"/v1/loom/trajectories/{trajectory.pk}/end")
         await asyncio.to_thread(self._record_reward, trajectory, suite, len(steps) + 1)
         self.finished_trajectories += 1
+
+    async def _think(self, trajectory: Trajectory, turn: int, command: str) -> None:
+        """One LLM turn before a tool call: generation through the router, else a pause."""
+        if self._http is None or self.llm is None:
+            await asyncio.sleep(self.random.uniform(*self.think_seconds))
+            return
+        length = self.random.lognormvariate(math.log(LLM_TURN_MEDIAN_TOKENS), 1.0)
+        body = {
+            "model": self.llm.model,
+            "messages": [
+                {"role": "system", "content": "You are a coding agent. Call one tool per turn."},
+                {"role": "user", "content": f"turn {turn}: next step for the project"},
+            ],
+            "max_tokens": max(1, min(LLM_TURN_MAX_TOKENS, round(length))),
+            "ignore_eos": True,  # random weights: the length above, not an early </s>
+            "seed": self.random.randrange(1 << 31),
+        }
+        headers = {"X-Loom-Trajectory": str(trajectory.pk)}
+        answer = await self._http.post("/v1/chat/completions", json=body, headers=headers)
+        answer.raise_for_status()
 
     @staticmethod
     def _record_reward(trajectory: Trajectory, suite: Action, steps: int) -> None:
@@ -142,6 +195,26 @@ class DemoWorkload:
         if suite.status != "succeeded":
             log.warning("demo reward action %s ended %s: %s", suite.pk, suite.status, suite.output)
 
+    async def _serve(self, trajectory: Trajectory, service_name: str, tests: int) -> Action:
+        """A GPU service action on the trajectory's token ids (a stand-in for its transcript)."""
+        ids = [[self.random.randrange(512) for _ in range(16 + 4 * tests)]]
+
+        def submit() -> Action:
+            service = Service.objects.get(name=service_name)
+            assert self.gpu_pool is not None
+            demand, elasticity = service_default_demand(service)
+            spec = ActionSpec(
+                demand=parse_demand(demand, elasticity),
+                service_id=service.pk,
+                pool_id=self.gpu_pool.pk,
+                trajectory_id=trajectory.pk,
+                request={"input_ids": ids},
+                timeout_s=120.0,
+            )
+            return action_submit(job=self.job, spec=spec).action
+
+        return await self._until_ended(submit, 180)
+
     async def _run(
         self,
         trajectory: Trajectory,
@@ -151,7 +224,9 @@ class DemoWorkload:
         elasticity: dict[str, object] | None,
         single_unit_duration_s: float | None,
     ) -> Action:
-        def submit_and_wait() -> Action:
+        tool_timeout = await asyncio.to_thread(lambda: Tool.objects.get(name=tool_name).timeout_s)
+
+        def submit() -> Action:
             tool = Tool.objects.get(name=tool_name)
             spec = ActionSpec(
                 demand=parse_demand(demand, elasticity),
@@ -162,9 +237,17 @@ class DemoWorkload:
                 single_unit_duration_s=single_unit_duration_s,
                 timeout_s=tool.timeout_s,
             )
-            action = action_submit(job=self.job, spec=spec).action
+            return action_submit(job=self.job, spec=spec).action
+
+        return await self._until_ended(submit, int(tool_timeout) + 60)
+
+    async def _until_ended(self, submit: Callable[[], Action], seconds: int) -> Action:
+        """Submit (in a waiter thread) and wait for the action's end, at most ``seconds``."""
+
+        def submit_and_wait() -> Action:
+            action = submit()
             with get_notifier().subscribe(action.pk) as subscription:
-                for _ in range(int(tool.timeout_s) + 60):
+                for _ in range(seconds):
                     action.refresh_from_db(fields=["status"])
                     if action.is_terminal:
                         break

@@ -1,7 +1,7 @@
 """Rollups in the embedded mode, where Celery is eager and no beat process runs.
 
 ``manage.py demo`` starts one :class:`RollupThread`; production runs ``celery beat`` with
-``apps.metrics.tasks.BEAT_SCHEDULE`` instead.
+``CELERY_BEAT_SCHEDULE``'s ``metrics.rollup`` instead.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The embedded runtime: Loom's process tree inside one asyncio loop (DESIGN.md "Embedded default").
 
-``make demo`` runs the web app, one scheduler service per CPU or API pool, a local CPU agent and an
-API agent in one process, connected by the in-process transport. Production runs the same
+``make demo`` runs the web app, one scheduler service per CPU, API or GPU pool, a local CPU agent,
+an API agent and a GPU agent (CPU stand-in devices without CUDA, PyTorch services) in one process,
+connected by the in-process transport. Production runs the same
 classes as separate processes over Redis Streams (``manage.py run_scheduler``,
 ``python -m workers.agents.cpu``, ``python -m workers.agents.api``): configuration, not code,
 decides which.
@@ -22,16 +23,25 @@ from django.conf import settings
 
 from apps.actions.pool_events import in_process_route_clear, in_process_route_set
 from apps.actions.scheduler_store import DjangoActionStore
-from apps.resources.models import PoolKind, ResourcePool
+from apps.resources.models import PoolKind, ResourcePool, Service, ServiceBackend
 from workers.agents.api.agent import ApiAgent
 from workers.agents.common.agent import AgentBase
 from workers.agents.cpu.agent import CpuAgent
 from workers.agents.cpu.local import LocalBackend, make_private_root
 from workers.agents.cpu.sandbox import Sandbox, open_sandbox, python_runtime_binds
+from workers.agents.gpu.agent import GpuAgent
+from workers.agents.gpu.cache import ServiceCache
+from workers.agents.gpu.checkpoints import create_checkpoint
+from workers.agents.gpu.devices import cuda_present, discover_devices
+from workers.agents.gpu.torch_backend import TorchService
 from workers.scheduler import SchedulerService, ServiceConfig
 from workers.transport import InProcessTransport, Message, StreamNames, Transport
 
 log = logging.getLogger("loom.runtime")
+
+# Without CUDA the demo's GPU pool runs on CPU stand-in devices (the GPU agent's same code).
+GPU_STAND_INS = 2
+GPU_STAND_IN_MEMORY_MB = 2000
 
 
 class EmbeddedRuntime:
@@ -63,9 +73,9 @@ class EmbeddedRuntime:
         in_process_route_set(self._route_pool_event)
         pools = await asyncio.to_thread(
             lambda: list(
-                ResourcePool.objects.filter(kind__in=[PoolKind.CPU, PoolKind.API]).values_list(
-                    "name", "kind"
-                )
+                ResourcePool.objects.filter(
+                    kind__in=[PoolKind.CPU, PoolKind.API, PoolKind.GPU]
+                ).values_list("name", "kind")
             )
         )
         host = socket.gethostname()
@@ -84,6 +94,14 @@ class EmbeddedRuntime:
                     pool=name,
                     backend=backend,
                     cores=self.cores,
+                    streams=self.streams,
+                )
+            elif kind == PoolKind.GPU:
+                agent = GpuAgent(
+                    transport=self.transport,
+                    node_id=node_id,
+                    pool=name,
+                    cache=await asyncio.to_thread(self._gpu_cache, name),
                     streams=self.streams,
                 )
             else:
@@ -105,6 +123,19 @@ class EmbeddedRuntime:
         for service in self.services.values():
             await service.started.wait()
         log.info("embedded runtime: pools %s", ", ".join(self.services) or "none")
+
+    def _gpu_cache(self, pool: str) -> ServiceCache:
+        """The pool's PyTorch services on this machine's devices (``GPU_STAND_INS`` CPU stand-ins
+        without CUDA), each checkpoint written on first use where its ``model`` path says."""
+        services = {}
+        for service in Service.objects.filter(pool__name=pool, backend=ServiceBackend.TORCH):
+            path = Path(service.model)
+            if not (path / "config.json").exists():
+                create_checkpoint(path, service.task)  # type: ignore[arg-type]
+            services[service.name] = TorchService(service.name, path, service.task)  # type: ignore[arg-type]
+        if cuda_present():
+            return ServiceCache(discover_devices(), services)
+        return ServiceCache(discover_devices(GPU_STAND_INS, GPU_STAND_IN_MEMORY_MB), services)
 
     def _sandbox(self) -> Sandbox | None:
         """The local agent's sandbox as the settings describe it (``open_sandbox`` refuses to go

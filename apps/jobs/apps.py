@@ -4,7 +4,7 @@ from typing import Any
 
 from django.apps import AppConfig
 
-from apps.jobs import key_cache
+from apps.jobs import key_cache, router_keys
 
 
 class JobsConfig(AppConfig):
@@ -25,6 +25,9 @@ class JobsConfig(AppConfig):
             label = model._meta.label
             post_save.connect(_saved, sender=model, dispatch_uid=f"key-cache-saved-{label}")
             post_delete.connect(_deleted, sender=model, dispatch_uid=f"key-cache-deleted-{label}")
+        # The LLM router's copy of the job keys (apps.jobs.router_keys).
+        post_save.connect(_key_saved, sender=ApiKey, dispatch_uid="router-keys-saved")
+        post_delete.connect(_key_deleted, sender=ApiKey, dispatch_uid="router-keys-deleted")
 
 
 def _saved(sender: Any, created: bool, update_fields: Any, using: str, **kwargs: Any) -> None:
@@ -37,3 +40,14 @@ def _saved(sender: Any, created: bool, update_fields: Any, using: str, **kwargs:
 
 def _deleted(sender: Any, using: str, **kwargs: Any) -> None:
     key_cache.auth_changed(using=using)
+
+
+def _key_saved(sender: Any, instance: Any, using: str, **kwargs: Any) -> None:
+    if instance.revoked_at is None:
+        router_keys.router_key_published(api_key=instance, using=using)
+    else:
+        router_keys.router_key_withdrawn(key_hash=instance.key_hash, using=using)
+
+
+def _key_deleted(sender: Any, instance: Any, using: str, **kwargs: Any) -> None:
+    router_keys.router_key_withdrawn(key_hash=instance.key_hash, using=using)

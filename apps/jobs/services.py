@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from apps.jobs import key_cache
+from apps.jobs import key_cache, router_keys
 from apps.jobs.authentication import KEY_PREFIX, hash_key
 from apps.jobs.models import ApiKey, Job, JobStatus
 
@@ -49,6 +49,7 @@ def api_key_revoke(*, api_key: ApiKey) -> bool:
     if changed:
         api_key.revoked_at = now
         key_cache.auth_changed()  # update() sends no post_save
+        router_keys.router_key_withdrawn(key_hash=api_key.key_hash)
     return changed == 1
 
 

@@ -26,10 +26,3 @@ def metrics_prune() -> int:
     """Drop rollups past the retention period."""
     days = int(getattr(settings, "LOOM_ROLLUP_RETENTION_DAYS", DEFAULT_RETENTION_DAYS))
     return rollup_prune(older_than=timezone.now() - timedelta(days=days))
-
-
-# For the lead: merge into CELERY_BEAT_SCHEDULE in controlplane/settings/base.py.
-BEAT_SCHEDULE = {
-    "metrics-rollup": {"task": "metrics.rollup", "schedule": float(DEFAULT_BUCKET_S)},
-    "metrics-prune": {"task": "metrics.prune", "schedule": 3600.0},
-}

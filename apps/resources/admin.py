@@ -67,8 +67,22 @@ class NodeAdmin(admin.ModelAdmin):
 
 @admin.register(Service)
 class ServiceAdmin(admin.ModelAdmin):
-    list_display = ["name", "backend", "model", "pool", "memory_mb", "updated_at"]
-    list_filter = ["backend", "pool"]
+    """The registry's rules are ``Service.clean``'s (``apps.resources.service_rules``), the
+    same the REST API applies."""
+
+    list_display = [
+        "name",
+        "backend",
+        "task",
+        "model",
+        "pool",
+        "allowed_dop",
+        "memory_mb",
+        "max_sequences",
+        "max_tokens",
+        "updated_at",
+    ]
+    list_filter = ["backend", "task", "pool"]
     search_fields = ["name", "model", "description"]
     readonly_fields = ["created_at", "updated_at"]
 

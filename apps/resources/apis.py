@@ -32,6 +32,7 @@ from apps.jobs.authentication import (
 from apps.resources import services
 from apps.resources.capacity import CapacitySerializer
 from apps.resources.models import ApiQuota, Node, NodeStatus, ResourcePool, Service, Tool
+from apps.resources.service_rules import MAX_REQUEST_LIMIT, efficiency_curve, service_errors
 from controlplane.api.errors import Conflict
 from controlplane.api.fields import FiniteFloatField
 from controlplane.api.pagination import IdCursorPagination
@@ -178,20 +179,25 @@ class ResourcePoolSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "kind", "description", "created_at", "updated_at"]
 
 
-def _positive_ints(value: Any) -> None:
-    if not isinstance(value, list) or not all(
-        isinstance(item, int) and not isinstance(item, bool) and 1 <= item <= 1024 for item in value
-    ):
-        raise serializers.ValidationError("must be a list of integers in 1..1024")
-    if len(set(value)) != len(value):
-        raise serializers.ValidationError("must not repeat a value")
-
-
 class ServiceSerializer(serializers.ModelSerializer):
+    """A GPU service; its rules are ``apps.resources.service_rules``'s (the admin's too)."""
+
     pool: serializers.SlugRelatedField[ResourcePool] = serializers.SlugRelatedField(
         slug_field="name", queryset=ResourcePool.objects.all(), required=False, allow_null=True
     )
-    allowed_dop = serializers.JSONField(required=False, validators=[_positive_ints])
+    allowed_dop = serializers.JSONField(
+        required=False, help_text="the chunk sizes it runs on: a subset of 1, 2, 4, 8 GPUs"
+    )
+    throughput = serializers.JSONField(
+        required=False, help_text='requests/s per chunk size, e.g. {"1": 4.0, "2": 7.5}'
+    )
+    predeploy = serializers.JSONField(
+        required=False, help_text="hints: {replicas, chunk_size, nodes} to keep warm"
+    )
+    efficiency = serializers.SerializerMethodField(
+        help_text="E(m) for m = 1..the largest chunk size, from the throughput (null without "
+        "a throughput at 1 GPU)"
+    )
 
     class Meta:
         model = Service
@@ -200,14 +206,58 @@ class ServiceSerializer(serializers.ModelSerializer):
             "name",
             "pool",
             "backend",
+            "task",
             "model",
             "allowed_dop",
             "memory_mb",
             "state_size_mb",
+            "throughput",
+            "elasticity_source",
+            "efficiency",
+            "max_sequences",
+            "max_tokens",
+            "vocab_size",
+            "predeploy",
             "description",
             "created_at",
             "updated_at",
         ]
+        extra_kwargs = {
+            "max_sequences": {"min_value": 1, "max_value": MAX_REQUEST_LIMIT},
+            "max_tokens": {"min_value": 1, "max_value": MAX_REQUEST_LIMIT},
+            "vocab_size": {"min_value": 1, "max_value": MAX_REQUEST_LIMIT},
+        }
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        merged = {
+            name: attrs.get(name, getattr(self.instance, name, default))
+            for name, default in SERVICE_RULE_DEFAULTS.items()
+        }
+        errors = service_errors(merged)
+        if errors:
+            raise serializers.ValidationError(errors)
+        if "allowed_dop" in attrs:
+            attrs["allowed_dop"] = sorted(attrs["allowed_dop"])
+        if "throughput" in attrs:
+            attrs["throughput"] = {
+                str(int(size)): float(rate)
+                for size, rate in sorted(attrs["throughput"].items(), key=lambda item: int(item[0]))
+            }
+        return attrs
+
+    def get_efficiency(self, service: Service) -> list[float] | None:
+        return efficiency_curve(service.throughput or {}, max(service.allowed_dop or [1]))
+
+
+# A field the request leaves out is checked at its stored value, or at the model's default.
+SERVICE_RULE_DEFAULTS: dict[str, Any] = {
+    "allowed_dop": [1],
+    "throughput": {},
+    "predeploy": {},
+    "max_sequences": None,
+    "max_tokens": None,
+    "vocab_size": None,
+}
 
 
 class ToolSerializer(serializers.ModelSerializer):

@@ -10,6 +10,7 @@ from controlplane.api.fields import INT32_MAX, INT64_MAX
 
 MAX_CORES = 16_384
 MAX_GPUS = 1024
+AGENT_KEYS = ("nvlink_groups", "services", "cache", "backend", "concurrency")
 
 
 class GpuSerializer(serializers.Serializer):
@@ -31,6 +32,16 @@ class CapacitySerializer(serializers.Serializer):
     )
     memory_mb = serializers.IntegerField(min_value=0, max_value=INT64_MAX)
     gpus = GpuSerializer(many=True, required=False)
+    # What a GPU agent registers with the scheduler (arl-tangram §5.3), kept as it sent it so
+    # an operator's edit in the admin does not drop it: NVLink groups, hosted services, the
+    # service cache; and the agent's backend and concurrency.
+    nvlink_groups = serializers.ListField(
+        child=serializers.ListField(child=serializers.IntegerField(min_value=0)), required=False
+    )
+    services = serializers.DictField(child=serializers.DictField(), required=False)
+    cache = serializers.ListField(child=serializers.DictField(), required=False)
+    backend = serializers.CharField(required=False, max_length=64)
+    concurrency = serializers.IntegerField(required=False, min_value=0, max_value=INT32_MAX)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         cores: int = attrs["cores"]
@@ -53,9 +64,11 @@ class CapacitySerializer(serializers.Serializer):
         indexes = [gpu["index"] for gpu in gpus]
         if len(set(indexes)) != len(indexes):
             raise serializers.ValidationError({"gpus": ["GPU indexes must be unique"]})
+        kept = {name: attrs[name] for name in AGENT_KEYS if name in attrs}
         return {
             "cores": cores,
             "numa": numa,
             "memory_mb": attrs["memory_mb"],
             "gpus": sorted((dict(gpu) for gpu in gpus), key=lambda gpu: gpu["index"]),
+            **kept,
         }

@@ -74,27 +74,95 @@ class ServiceBackend(models.TextChoices):
     TORCH = "torch", "PyTorch module"
 
 
+class ServiceTask(models.TextChoices):
+    REWARD = "reward", "reward model (a score per sequence)"
+    LOGPROBS = "logprobs", "teacher (per-token log-probabilities)"
+
+
+class ElasticitySource(models.TextChoices):
+    DECLARED = "declared", "declared"
+    MEASURED = "measured", "measured"
+
+
+def _single_gpu() -> list[int]:
+    return [1]
+
+
 class Service(models.Model):
-    """A GPU service (reward model, LLM judge, ...) the GPU manager caches and evicts."""
+    """A GPU service (reward model, LLM judge, teacher) the GPU manager caches and evicts
+    (arl-tangram §5.3). Its rules (``apps.resources.service_rules``) hold for the REST API and
+    the admin alike; actions naming it are checked against them at submission."""
 
     name = models.SlugField(max_length=100, unique=True)
     pool = models.ForeignKey(
         ResourcePool, null=True, blank=True, on_delete=models.SET_NULL, related_name="services"
     )
     backend = models.CharField(max_length=16, choices=ServiceBackend.choices)
+    task = models.CharField(max_length=16, choices=ServiceTask.choices, default=ServiceTask.REWARD)
     model = models.CharField(max_length=255, help_text="model name or path the backend loads")
-    allowed_dop = models.JSONField(default=list, help_text="allowed degrees of parallelism")
-    memory_mb = models.PositiveBigIntegerField(default=0, help_text="GPU memory footprint")
+    allowed_dop = models.JSONField(
+        default=_single_gpu, help_text="the chunk sizes it runs on: a subset of 1, 2, 4, 8 GPUs"
+    )
+    memory_mb = models.PositiveBigIntegerField(default=0, help_text="GPU memory per GPU (MB)")
     state_size_mb = models.PositiveBigIntegerField(default=0, help_text="state moved on eviction")
+    throughput = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='its elasticity: requests/s per chunk size, e.g. {"1": 4.0, "2": 7.5}',
+    )
+    elasticity_source = models.CharField(
+        max_length=16, choices=ElasticitySource.choices, default=ElasticitySource.DECLARED
+    )
+    max_sequences = models.PositiveIntegerField(
+        null=True, blank=True, help_text="most sequences one request may carry (null: no limit)"
+    )
+    max_tokens = models.PositiveIntegerField(
+        null=True, blank=True, help_text="most tokens one sequence may have (null: no limit)"
+    )
+    vocab_size = models.PositiveIntegerField(
+        null=True, blank=True, help_text="token ids must be below it (null: not checked)"
+    )
+    predeploy = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="pre-deployment hints: {replicas, chunk_size, nodes} to keep warm",
+    )
     description = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                name="service_limits_positive",
+                condition=(Q(max_sequences__isnull=True) | Q(max_sequences__gte=1))
+                & (Q(max_tokens__isnull=True) | Q(max_tokens__gte=1))
+                & (Q(vocab_size__isnull=True) | Q(vocab_size__gte=1)),
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """Admin forms: the registry's rules, the same the REST API applies."""
+        from django.core.exceptions import ValidationError
+
+        from apps.resources.service_rules import service_errors
+
+        errors = service_errors(
+            {
+                "allowed_dop": self.allowed_dop,
+                "throughput": self.throughput,
+                "predeploy": self.predeploy,
+                "max_sequences": self.max_sequences,
+                "max_tokens": self.max_tokens,
+                "vocab_size": self.vocab_size,
+            }
+        )
+        if errors:
+            raise ValidationError(errors)
 
 
 class Tool(models.Model):

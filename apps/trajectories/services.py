@@ -9,6 +9,10 @@ from django.utils import timezone
 
 from apps.jobs.models import Job
 from apps.trajectories.models import TERMINAL_TRAJECTORY_STATUSES, Trajectory
+from apps.trajectories.router_registry import (
+    router_trajectory_published,
+    router_trajectory_withdrawn,
+)
 
 MONOTONIC_FIELDS = ("tokens", "steps")
 UPDATABLE_FIELDS = (
@@ -34,7 +38,10 @@ class TrajectoryUpdateError(ValueError):
 
 
 def trajectory_create(*, job: Job, **fields: Any) -> Trajectory:
-    return Trajectory.objects.create(job=job, **fields)
+    """A new trajectory; once committed, the LLM router serves it for ``job``."""
+    trajectory = Trajectory.objects.create(job=job, **fields)
+    router_trajectory_published(trajectory=trajectory)
+    return trajectory
 
 
 @transaction.atomic
@@ -57,5 +64,6 @@ def trajectory_update(*, trajectory_id: int, changes: dict[str, Any]) -> Traject
         setattr(trajectory, field, value)
     if changes.get("status") in TERMINAL_TRAJECTORY_STATUSES:
         trajectory.finished_at = timezone.now()
+        router_trajectory_withdrawn(trajectory_id=trajectory.pk)  # it generates nothing more
     trajectory.save()
     return trajectory

@@ -152,6 +152,11 @@ CELERY_RESULT_BACKEND = None
 CELERY_BEAT_SCHEDULE = {
     "metrics-rollup": {"task": "metrics.rollup", "schedule": 10.0},
     "metrics-prune": {"task": "metrics.prune", "schedule": 3600.0},
+    "trajectories-router-state": {"task": "trajectories.router_state", "schedule": 1.0},
+    "trajectories-router-sync": {"task": "trajectories.router_sync", "schedule": 300.0},
+    "buffers-snapshot": {"task": "buffers.snapshot", "schedule": 5.0},
+    "buffers-prune": {"task": "buffers.prune", "schedule": 3600.0},
+    "buffers-sync": {"task": "buffers.sync", "schedule": 300.0},
 }
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -1,6 +1,7 @@
 """Loom's Python SDK: ``loom.Client`` and ``loom.AsyncClient``."""
 
 from loom.aio import AsyncClient
+from loom.buffers import Buffer, Sample
 from loom.client import Client
 from loom.errors import (
     ApiError,
@@ -11,6 +12,7 @@ from loom.errors import (
     TransientError,
 )
 from loom.protocol import RetryPolicy
+from loom.trajectories import Trajectory, Turn
 from loom.types import Action, Timings
 
 __all__ = [
@@ -18,11 +20,15 @@ __all__ = [
     "ApiError",
     "AsyncClient",
     "AuthenticationError",
+    "Buffer",
     "Client",
     "LoomError",
     "NotFoundError",
     "ResultTimeout",
     "RetryPolicy",
+    "Sample",
     "Timings",
+    "Trajectory",
     "TransientError",
+    "Turn",
 ]

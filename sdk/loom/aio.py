@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 
-from loom import protocol
+from loom import buffers, protocol, trajectories
 from loom.coalesce import ResultCoalescer, SubmitCoalescer
-from loom.errors import ResultTimeout, TransientError
+from loom.errors import LoomError, ResultTimeout, TransientError
 from loom.types import Action
 
 
@@ -36,8 +36,16 @@ class AsyncClient:
         retry: protocol.RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         coalesce: bool = True,
+        llm_url: str | None = None,
     ) -> None:
         self._retry = retry or protocol.RetryPolicy()
+        self._api_key = api_key
+        # Loom's LLM router (its base URL, without /v1): generate() and stream() go there.
+        self._llm = (
+            None
+            if llm_url is None
+            else httpx.AsyncClient(base_url=llm_url, timeout=httpx.Timeout(timeout_s * 10))
+        )
         self._http = httpx.AsyncClient(
             base_url=base_url,
             headers=protocol.auth_headers(api_key),
@@ -58,10 +66,13 @@ class AsyncClient:
     async def close(self) -> None:
         await self._results.close()
         await self._http.aclose()
+        if self._llm is not None:
+            await self._llm.aclose()
 
-    async def _send(self, request: protocol.Request) -> httpx.Response:
+    async def _send(self, request: protocol.Request, *, retry: bool = True) -> httpx.Response:
+        """``retry=False``: one attempt (a push must not be applied twice)."""
         last_error = ""
-        for attempt in range(self._retry.attempts):
+        for attempt in range(self._retry.attempts if retry else 1):
             try:
                 response = await self._http.request(
                     request.method, request.path, json=request.json, params=request.params
@@ -146,6 +157,136 @@ class AsyncClient:
             pending = protocol.next_pending(pending, len(window), ended)
             for action in ended:
                 yield action
+
+    # --- trajectories and their LLM turns (heddle §4), see loom.trajectories ---------------
+
+    async def create_trajectory(self, **fields: Any) -> trajectories.Trajectory:
+        """Register a trajectory (``training_step``, ``prompt_id``, ``group_id``,
+        ``sample_index``); sent once: a retried create could register two."""
+        request = trajectories.create_request(fields)
+        return trajectories.parse_trajectory(await self._send(request, retry=False))
+
+    async def get_trajectory(self, trajectory_id: int) -> trajectories.Trajectory:
+        return trajectories.parse_trajectory(
+            await self._send(trajectories.get_request(trajectory_id))
+        )
+
+    async def end_trajectory(
+        self, trajectory_id: int, *, status: str = "finished", reward: float | None = None
+    ) -> trajectories.Trajectory:
+        """End it (finished, aborted or failed) with its reward; the router then refuses it."""
+        request = trajectories.end_request(trajectory_id, status, reward)
+        return trajectories.parse_trajectory(await self._send(request))
+
+    async def generate(
+        self,
+        trajectory_id: int,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        model: str,
+        **options: Any,
+    ) -> trajectories.Turn:
+        """One LLM turn of the trajectory through the router (``options``: max_tokens,
+        temperature, seed, ignore_eos, ...)."""
+        response = await self._llm_client().post(
+            trajectories.CHAT,
+            json=trajectories.chat_body(model, messages, options, stream=False),
+            headers=trajectories.llm_headers(self._api_key, trajectory_id),
+        )
+        return trajectories.parse_turn(response)
+
+    async def stream(
+        self,
+        trajectory_id: int,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        model: str,
+        **options: Any,
+    ) -> AsyncIterator[str]:
+        """One LLM turn, its text yielded as the engine decodes it."""
+        async with self._llm_client().stream(
+            "POST",
+            trajectories.CHAT,
+            json=trajectories.chat_body(model, messages, options, stream=True),
+            headers=trajectories.llm_headers(self._api_key, trajectory_id),
+        ) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                trajectories.raise_for_llm_status(response)
+            async for line in response.aiter_lines():
+                delta = trajectories.stream_delta(line)
+                if delta is None:
+                    return
+                if delta:
+                    yield delta
+
+    def _llm_client(self) -> httpx.AsyncClient:
+        if self._llm is None:
+            raise LoomError("no LLM router: create the client with llm_url=...")
+        return self._llm
+
+    # --- buffers (artos §4): definitions and experience, see loom.buffers -------------------
+
+    async def declare_buffer(self, **fields: Any) -> buffers.Buffer:
+        """Declare a buffer; keyword arguments as :func:`loom.buffers.declare_request`."""
+        request = buffers.declare_request(**fields)
+        return buffers.parse_buffer(await self._send(request))
+
+    async def declare_workflow(
+        self, definition: Any, *, job: int | None = None
+    ) -> list[buffers.Buffer]:
+        """Declare a workflow's buffers and triggers, all or none: a ``Workflow`` or its
+        ``to_json()``."""
+        request = buffers.declare_workflow_request(definition, job)
+        return buffers.parse_buffers(await self._send(request))
+
+    async def list_buffers(self) -> list[buffers.Buffer]:
+        """Every buffer this key sees (its job's; staff: all), newest first."""
+        found: list[buffers.Buffer] = []
+        request: protocol.Request | None = buffers.list_request()
+        while request is not None:
+            page, request = buffers.next_page(await self._send(request))
+            found += page
+        return found
+
+    async def get_buffer(self, buffer_id: int) -> buffers.Buffer:
+        return buffers.parse_buffer(await self._send(buffers.get_request(buffer_id)))
+
+    async def delete_buffer(self, buffer_id: int) -> None:
+        await self._send(buffers.delete_request(buffer_id))
+
+    async def push(self, buffer_id: int, actor: str, records: Mapping[str, Any]) -> dict[str, int]:
+        """Append steps for ``actor`` (data key → one entry per step); returns ``steps`` and the
+        trigger ``firings`` it caused. Sent once, never retried: a retried push whose first
+        attempt did land would store its steps twice."""
+        request = buffers.push_request(buffer_id, actor, records)
+        body: dict[str, int] = (await self._send(request, retry=False)).json()
+        return body
+
+    async def gather(
+        self, buffer_id: int, slices: Mapping[str, tuple[int, int]], keys: Iterable[str] = ()
+    ) -> dict[str, Any]:
+        """Steps ``[start, stop)`` of each actor (what a DataKeyTrigger's firing names)."""
+        request = buffers.gather_request(buffer_id, slices, keys)
+        records: dict[str, Any] = (await self._send(request)).json()["records"]
+        return records
+
+    async def sample(
+        self, buffer_id: int, batch_size: int | None = None, keys: Iterable[str] = ()
+    ) -> buffers.Sample:
+        """A batch drawn with the buffer's sampler (full batch: every complete step, once)."""
+        request = buffers.sample_request(buffer_id, batch_size, keys)
+        return buffers.parse_sample(await self._send(request, retry=False))
+
+    async def update_priorities(self, buffer_id: int, slots: Sequence[int], td_errors: Any) -> int:
+        """PER: new priorities |δ| + ε for the slots a prioritised sample returned."""
+        request = buffers.priorities_request(buffer_id, slots, td_errors)
+        return int((await self._send(request)).json()["updated"])
+
+    async def buffer_stats(self, buffer_id: int) -> dict[str, Any]:
+        """Fill level, counters and trigger firings, from the buffer service."""
+        stats: dict[str, Any] = (await self._send(buffers.stats_request(buffer_id))).json()
+        return stats
 
     # --- the requests coalesced calls share (loom.coalesce) ----------------------------------
 

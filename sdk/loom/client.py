@@ -11,10 +11,10 @@ from typing import Any
 
 import httpx
 
-from loom import protocol
+from loom import buffers, protocol, trajectories
 from loom.aio import AsyncClient
 from loom.coalesce import LoopThread
-from loom.errors import ResultTimeout, TransientError
+from loom.errors import LoomError, ResultTimeout, TransientError
 from loom.types import Action
 
 
@@ -41,8 +41,16 @@ class Client:
         retry: protocol.RetryPolicy | None = None,
         transport: httpx.BaseTransport | None = None,
         coalesce: bool = True,
+        llm_url: str | None = None,
     ) -> None:
         self._retry = retry or protocol.RetryPolicy()
+        self._api_key = api_key
+        # Loom's LLM router (its base URL, without /v1): generate() and stream() go there.
+        self._llm = (
+            None
+            if llm_url is None
+            else httpx.Client(base_url=llm_url, timeout=httpx.Timeout(timeout_s * 10))
+        )
         self._http = httpx.Client(
             base_url=base_url,
             headers=protocol.auth_headers(api_key),
@@ -70,6 +78,8 @@ class Client:
             loop.call(client.close())
             loop.close()
         self._http.close()
+        if self._llm is not None:
+            self._llm.close()
 
     @contextlib.contextmanager
     def _call(self) -> Iterator[tuple[LoopThread, AsyncClient] | None]:
@@ -93,9 +103,10 @@ class Client:
             with self._lock:
                 self._calls_in_flight -= 1
 
-    def _send(self, request: protocol.Request) -> httpx.Response:
+    def _send(self, request: protocol.Request, *, retry: bool = True) -> httpx.Response:
+        """``retry=False``: one attempt (a push must not be applied twice)."""
         last_error: str = ""
-        for attempt in range(self._retry.attempts):
+        for attempt in range(self._retry.attempts if retry else 1):
             try:
                 response = self._http.request(
                     request.method, request.path, json=request.json, params=request.params
@@ -180,3 +191,129 @@ class Client:
             ended = protocol.parse_await_many(self._send(request))
             pending = protocol.next_pending(pending, len(window), ended)
             yield from ended
+
+    # --- trajectories and their LLM turns (heddle §4), see loom.trajectories ---------------
+
+    def create_trajectory(self, **fields: Any) -> trajectories.Trajectory:
+        """Register a trajectory (``training_step``, ``prompt_id``, ``group_id``,
+        ``sample_index``); sent once: a retried create could register two."""
+        request = trajectories.create_request(fields)
+        return trajectories.parse_trajectory(self._send(request, retry=False))
+
+    def get_trajectory(self, trajectory_id: int) -> trajectories.Trajectory:
+        return trajectories.parse_trajectory(self._send(trajectories.get_request(trajectory_id)))
+
+    def end_trajectory(
+        self, trajectory_id: int, *, status: str = "finished", reward: float | None = None
+    ) -> trajectories.Trajectory:
+        """End it (finished, aborted or failed) with its reward; the router then refuses it."""
+        request = trajectories.end_request(trajectory_id, status, reward)
+        return trajectories.parse_trajectory(self._send(request))
+
+    def generate(
+        self,
+        trajectory_id: int,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        model: str,
+        **options: Any,
+    ) -> trajectories.Turn:
+        """One LLM turn of the trajectory through the router (``options``: max_tokens,
+        temperature, seed, ignore_eos, ...)."""
+        response = self._llm_client().post(
+            trajectories.CHAT,
+            json=trajectories.chat_body(model, messages, options, stream=False),
+            headers=trajectories.llm_headers(self._api_key, trajectory_id),
+        )
+        return trajectories.parse_turn(response)
+
+    def stream(
+        self,
+        trajectory_id: int,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        model: str,
+        **options: Any,
+    ) -> Iterator[str]:
+        """One LLM turn, its text yielded as the engine decodes it."""
+        with self._llm_client().stream(
+            "POST",
+            trajectories.CHAT,
+            json=trajectories.chat_body(model, messages, options, stream=True),
+            headers=trajectories.llm_headers(self._api_key, trajectory_id),
+        ) as response:
+            if response.status_code >= 400:
+                response.read()
+                trajectories.raise_for_llm_status(response)
+            for line in response.iter_lines():
+                delta = trajectories.stream_delta(line)
+                if delta is None:
+                    return
+                if delta:
+                    yield delta
+
+    def _llm_client(self) -> httpx.Client:
+        if self._llm is None:
+            raise LoomError("no LLM router: create the client with llm_url=...")
+        return self._llm
+
+    # --- buffers (artos §4): definitions and experience, see loom.buffers -------------------
+
+    def declare_buffer(self, **fields: Any) -> buffers.Buffer:
+        """Declare a buffer; keyword arguments as :func:`loom.buffers.declare_request`."""
+        request = buffers.declare_request(**fields)
+        return buffers.parse_buffer(self._send(request))
+
+    def declare_workflow(self, definition: Any, *, job: int | None = None) -> list[buffers.Buffer]:
+        """Declare a workflow's buffers and triggers, all or none: a ``Workflow`` or its
+        ``to_json()``."""
+        request = buffers.declare_workflow_request(definition, job)
+        return buffers.parse_buffers(self._send(request))
+
+    def list_buffers(self) -> list[buffers.Buffer]:
+        """Every buffer this key sees (its job's; staff: all), newest first."""
+        found: list[buffers.Buffer] = []
+        request: protocol.Request | None = buffers.list_request()
+        while request is not None:
+            page, request = buffers.next_page(self._send(request))
+            found += page
+        return found
+
+    def get_buffer(self, buffer_id: int) -> buffers.Buffer:
+        return buffers.parse_buffer(self._send(buffers.get_request(buffer_id)))
+
+    def delete_buffer(self, buffer_id: int) -> None:
+        self._send(buffers.delete_request(buffer_id))
+
+    def push(self, buffer_id: int, actor: str, records: Mapping[str, Any]) -> dict[str, int]:
+        """Append steps for ``actor`` (data key → one entry per step); returns ``steps`` and the
+        trigger ``firings`` it caused. Sent once, never retried: a retried push whose first
+        attempt did land would store its steps twice."""
+        request = buffers.push_request(buffer_id, actor, records)
+        body: dict[str, int] = (self._send(request, retry=False)).json()
+        return body
+
+    def gather(
+        self, buffer_id: int, slices: Mapping[str, tuple[int, int]], keys: Iterable[str] = ()
+    ) -> dict[str, Any]:
+        """Steps ``[start, stop)`` of each actor (what a DataKeyTrigger's firing names)."""
+        request = buffers.gather_request(buffer_id, slices, keys)
+        records: dict[str, Any] = (self._send(request)).json()["records"]
+        return records
+
+    def sample(
+        self, buffer_id: int, batch_size: int | None = None, keys: Iterable[str] = ()
+    ) -> buffers.Sample:
+        """A batch drawn with the buffer's sampler (full batch: every complete step, once)."""
+        request = buffers.sample_request(buffer_id, batch_size, keys)
+        return buffers.parse_sample(self._send(request, retry=False))
+
+    def update_priorities(self, buffer_id: int, slots: Sequence[int], td_errors: Any) -> int:
+        """PER: new priorities |δ| + ε for the slots a prioritised sample returned."""
+        request = buffers.priorities_request(buffer_id, slots, td_errors)
+        return int((self._send(request)).json()["updated"])
+
+    def buffer_stats(self, buffer_id: int) -> dict[str, Any]:
+        """Fill level, counters and trigger firings, from the buffer service."""
+        stats: dict[str, Any] = (self._send(buffers.stats_request(buffer_id))).json()
+        return stats

@@ -60,10 +60,13 @@ def action_payload(
     single_unit_duration_s: float | None = None,
     trajectory: int | None = None,
     payload: Mapping[str, Any] | None = None,
+    request: Mapping[str, Any] | None = None,
+    priority: int | None = None,
     timeout_s: float | None = None,
     idempotency_key: str | None = None,
 ) -> dict[str, Any]:
-    """One action's submit body; unset fields are left out so the server applies its rules."""
+    """One action's submit body; unset fields are left out so the server applies its rules.
+    ``request``/``priority``: a GPU service action's input and the priority it is served at."""
     body: dict[str, Any] = {"idempotency_key": idempotency_key or uuid.uuid4().hex}
     optional = {
         "command": command,
@@ -75,6 +78,8 @@ def action_payload(
         "single_unit_duration_s": single_unit_duration_s,
         "trajectory": trajectory,
         "payload": dict(payload) if payload is not None else None,
+        "request": dict(request) if request is not None else None,
+        "priority": priority,
         "timeout_s": timeout_s,
     }
     body.update({k: v for k, v in optional.items() if v is not None})

@@ -5,9 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.db import transaction
-
-from apps.actions.models import Action
 from apps.actions.scheduler_store import DjangoActionStore
 from workers.scheduler.records import FinishUpdate, ScheduledUpdate
 
@@ -50,13 +47,9 @@ def start(action_id: int, *, at: float | None = None) -> None:
 
 def finish(action_id: int, status: str = "succeeded", **result: Any) -> None:
     """An end through the store, as the scheduler writes an agent's result (``result``:
-    ``FinishUpdate``'s fields); ``score``, which the scheduler never writes, is set with it."""
-    score = result.pop("score", None)
+    ``FinishUpdate``'s fields, the score among them)."""
     result.setdefault("finished_at", time.time())
-    with transaction.atomic():  # the score is in the row before the end is published
-        if score is not None:
-            Action.objects.filter(pk=action_id).update(score=score)
-        DjangoActionStore().apply(finished=[FinishUpdate(action_id, 1, status, **result)])
+    DjangoActionStore().apply(finished=[FinishUpdate(action_id, 1, status, **result)])
 
 
 def run_to_success(action_id: int, **result: Any) -> None:

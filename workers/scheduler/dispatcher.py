@@ -61,7 +61,12 @@ class Dispatcher:
         for active, assignment, attempt in started:
             node = active.node or assignment.node
             by_node[node].append(
-                dispatch_for(active.record, attempt=attempt, cores=tuple(assignment.core_ids))
+                dispatch_for(
+                    active.record,
+                    attempt=attempt,
+                    cores=tuple(assignment.core_ids),
+                    gpus=tuple(assignment.gpu_ids),
+                )
             )
         for node, dispatches in by_node.items():
             await self.transport.publish_many(self.streams.dispatch(node), dispatches)

@@ -100,7 +100,10 @@ class ActionLedger:
             action_spec(record),
             node=str(allocation.get("node", record.node)),
             units={name: int(units) for name, units in (allocation.get("units") or {}).items()},
-            core_ids=tuple(int(core) for core in allocation.get("cores") or ()),
+            # A GPU pool's units are its GPU ids (a cpu allocation always names its cores).
+            core_ids=tuple(
+                int(unit) for unit in allocation.get("cores") or allocation.get("gpus") or ()
+            ),
             submitted_at=record.submitted_at,
             now=now,
         )
@@ -141,6 +144,7 @@ class ActionLedger:
                 exit_code=result.exit_code,
                 output=result.output,
                 reason=result.reason or "",
+                score=result.score,
             )
         )
 

@@ -11,8 +11,12 @@ available again unless it is draining.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
 
 from workers.algorithms.tangram import CpuNodeSpec, CpuTopology
+from workers.scheduler.gpu_pool import LiveGpuTopology
 from workers.transport import NodeRegister
 
 log = logging.getLogger("loom.scheduler")
@@ -26,10 +30,17 @@ class NodeRegistry:
         self.draining: set[str] = set()
         # The topology kept in step with the nodes (a CPU pool's); None for an API pool.
         self.topology: CpuTopology | None = None
+        # A GPU pool's topology, kept in step with the nodes and their service caches.
+        self.gpu: LiveGpuTopology | None = None
 
     def cpu_topology(self) -> CpuTopology:
         """A CPU pool's topology over the registered nodes (arl-tangram §5.2)."""
         return CpuTopology([cpu_node_spec(register) for register in self.nodes.values()])
+
+    def gpu_topology(self) -> LiveGpuTopology:
+        """A GPU pool's topology over the registered nodes, their services and the caches they
+        last reported (arl-tangram §5.3)."""
+        return LiveGpuTopology(list(self.nodes.values()))
 
     def adopt(self, register: NodeRegister, now: float) -> None:
         """A node the store knows (a rebuild): live from now until it misses heartbeats."""
@@ -41,6 +52,9 @@ class NodeRegistry:
         self.last_seen[register.node_id] = now
         known = register.node_id in self.nodes
         self.nodes[register.node_id] = register
+        if self.gpu is not None:
+            self.gpu.register(register)
+            self.gpu.set_node_available(register.node_id, register.node_id not in self.draining)
         if self.topology is None:
             return
         if known:
@@ -50,8 +64,21 @@ class NodeRegistry:
         else:
             self.topology.add_node(cpu_node_spec(register))
 
-    def heartbeat(self, node_id: str, now: float) -> None:
+    def heartbeat(
+        self, node_id: str, now: float, cache: Sequence[dict[str, Any]] = ()
+    ) -> NodeRegister | None:
+        """A node is alive. A GPU node's heartbeat also reports its service cache: the pool's
+        view follows it, and when it changed, the node's registration with the new cache is
+        returned for the store (so a restarted scheduler starts from it)."""
         self.last_seen[node_id] = now
+        if self.gpu is None or not cache:
+            return None
+        self.gpu.adopt_cache(node_id, cache)
+        register = self.nodes.get(node_id)
+        if register is None or register.cache == tuple(cache):
+            return None
+        self.nodes[node_id] = replace(register, cache=tuple(cache))
+        return self.nodes[node_id]
 
     def lose_silent(self, now: float, timeout_s: float) -> list[str]:
         """The nodes that missed heartbeats for ``timeout_s``: no longer live nor schedulable."""
@@ -61,6 +88,8 @@ class NodeRegistry:
             log.warning("node %s missed heartbeats for %.0f s: lost", node, timeout_s)
             if self.topology is not None:
                 self.topology.set_node_available(node, False)
+            if self.gpu is not None:
+                self.gpu.set_node_available(node, False)
         return lost
 
     def apply_drains(self, draining: set[str]) -> None:
@@ -74,6 +103,11 @@ class NodeRegistry:
             for node in self.draining - draining:
                 if node in self.topology.nodes and node in self.last_seen:
                     self.topology.set_node_available(node, True)
+        if self.gpu is not None:
+            for node in draining - self.draining:
+                self.gpu.set_node_available(node, False)
+            for node in self.draining - draining:
+                self.gpu.set_node_available(node, node in self.last_seen)
         log.info("pool %s: draining %s", self.pool, sorted(draining) or "no node")
         self.draining = draining
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-ActionKind = Literal["cpu", "api"]
+ActionKind = Literal["cpu", "api", "gpu"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,10 @@ class ActionRecord:
     node: str | None = None
     allocation: dict[str, Any] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    # A gpu action (arl-tangram §5.3): the service it runs on, its JSON input, its priority.
+    service: str | None = None
+    request: Any = None
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class FinishUpdate:
     exit_code: int | None = None
     output: str = ""
     reason: str = ""
+    score: float | None = None  # the result's reward, when it has one
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from workers.algorithms.tangram import (
     Topology,
 )
 from workers.scheduler.config import ServiceConfig
+from workers.scheduler.gpu_pool import LiveGpuTopology
 from workers.scheduler.ledger import ActionLedger, Batch, Counters, Started
 from workers.scheduler.nodes import NodeRegistry
 from workers.scheduler.policy import PolicyTracker
@@ -66,6 +67,8 @@ async def pool_state_load(
     scheduler = ElasticScheduler(await _topology(kind, nodes, store, calls, pool))
     if isinstance(scheduler.topology, CpuTopology):
         nodes.topology = scheduler.topology
+    if isinstance(scheduler.topology, LiveGpuTopology):
+        nodes.gpu = scheduler.topology  # its service caches: the stored registrations' (§5.3)
     policy.update(scheduler, await calls.run(store.load_policy, pool))
     nodes.apply_drains(await calls.run(store.draining_nodes, pool))
     ledger = ActionLedger(scheduler, config=config, counters=counters)
@@ -100,4 +103,6 @@ async def _topology(
         )
     if kind == "cpu":
         return nodes.cpu_topology()
+    if kind == "gpu":
+        return nodes.gpu_topology()
     raise LookupError(f"pool kind {kind!r} has no scheduler service yet")

@@ -226,7 +226,9 @@ class SchedulerService:
             elif isinstance(message, ActionsCancelled):
                 ledger.on_cancelled(message.action_ids, batch, now)
             elif isinstance(message, Heartbeat):
-                state.nodes.heartbeat(message.node_id, now)
+                cached = state.nodes.heartbeat(message.node_id, now, message.cache)
+                if cached is not None:  # a GPU node's service cache changed (arl-tangram §5.3)
+                    await self._store_calls.run(self.store.upsert_node, cached)
                 heartbeats.append(message.node_id)
                 executing.extend(ledger.newly_running(message.running))
             elif isinstance(message, NodeRegister):

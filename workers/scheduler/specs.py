@@ -44,6 +44,8 @@ def action_spec(record: ActionRecord) -> ActionSpec:
         elasticity = Elasticity.from_points(points, max_units)
     elif "cpu" in resources:
         key_resource = "cpu"
+    elif "gpu" in resources:
+        key_resource = "gpu"
     return ActionSpec(
         action_id=spec_id(record.action_id),
         resources=resources,
@@ -52,6 +54,7 @@ def action_spec(record: ActionRecord) -> ActionSpec:
         elasticity=elasticity,
         t1=record.single_unit_duration_s,
         trajectory_id=str(record.trajectory_id) if record.trajectory_id is not None else None,
+        service=record.service,
     )
 
 
@@ -79,7 +82,9 @@ def dispatch_kind(record: ActionRecord) -> DispatchKind:
     return record.kind
 
 
-def dispatch_for(record: ActionRecord, *, attempt: int, cores: tuple[int, ...]) -> Dispatch:
+def dispatch_for(
+    record: ActionRecord, *, attempt: int, cores: tuple[int, ...], gpus: tuple[int, ...] = ()
+) -> Dispatch:
     kind = dispatch_kind(record)
     api = None
     if record.kind == "api":
@@ -109,6 +114,10 @@ def dispatch_for(record: ActionRecord, *, attempt: int, cores: tuple[int, ...]) 
         retry_on_redelivery=record.idempotent,
         dispatched_at=time.time(),
         network=record.network,
+        gpus=gpus if kind == "gpu" else (),
+        service=record.service if kind == "gpu" else None,
+        request=record.request if kind == "gpu" else None,
+        priority=record.priority if kind == "gpu" else 0,
     )
 
 

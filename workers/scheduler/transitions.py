@@ -87,7 +87,7 @@ FINISH = Transition(
     "finish",
     sources=ACTIVE,
     targets=TERMINAL,
-    sets=("status", "finished_at", "started_at", "exit_code", "output", "error_reason"),
+    sets=("status", "finished_at", "started_at", "exit_code", "output", "error_reason", "score"),
 )
 CANCEL = Transition(
     "cancel",

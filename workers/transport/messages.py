@@ -22,7 +22,8 @@ from workers.transport.codec import MessageError, WireRecord, plan_for, wire
 
 # ``noop`` does nothing and succeeds at once, on any agent: it measures the control plane's own
 # overhead (submit → result minus execution) without a process spawn or an HTTP call.
-ActionKind = Literal["cpu", "api", "noop"]
+# ``gpu`` runs a request on a GPU service (arl-tangram §5.3) on the chunk ``Dispatch.gpus``.
+ActionKind = Literal["cpu", "api", "noop", "gpu"]
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled"]
 
 # Why an action ended the way it did (ActionResult.reason). ``None`` on a clean success.
@@ -35,8 +36,12 @@ REASON_INFRA_ERROR = "infra_error"
 REASON_CANCELLED = "cancelled"
 REASON_RATE_LIMITED = "rate_limited"
 REASON_HTTP_ERROR = "http_error"
+REASON_BAD_REQUEST = "bad_request"  # a gpu service refused the request's input (names the field)
+REASON_LOAD_FAILED = "load_failed"  # a gpu service's weights did not load or restore
 REASONS = frozenset(
     {
+        REASON_BAD_REQUEST,
+        REASON_LOAD_FAILED,
         REASON_EXIT_CODE_NONZERO,
         REASON_TIMEOUT,
         REASON_OUTPUT_TRUNCATED,
@@ -81,6 +86,8 @@ class Dispatch(WireRecord):
     re-run it (idempotent tool) instead of reporting ``agent_lost``.
     ``end_trajectory``: the trajectory has no further actions; drop its sandbox afterwards.
     ``network``: the tool may use the host's network; otherwise its sandbox has loopback only.
+    ``gpu`` dispatches (arl-tangram §5.3): ``gpus`` is the allocated buddy chunk, ``service`` the
+    GPU service to run on it, ``request`` its JSON input, ``priority`` forwarded to the service.
     """
 
     TYPE: ClassVar[str] = "dispatch"
@@ -102,10 +109,16 @@ class Dispatch(WireRecord):
     end_trajectory: bool = False
     dispatched_at: float = 0.0
     network: bool = False
+    gpus: tuple[int, ...] = field(default=(), metadata=wire(omit_empty=True))
+    service: str | None = field(default=None, metadata=wire(omit_empty=True))
+    request: Any = field(default=None, metadata=wire(omit_empty=True))
+    priority: int = field(default=0, metadata=wire(omit_empty=True))
 
     def __post_init__(self) -> None:
-        if self.kind not in ("cpu", "api", "noop"):
-            raise MessageError(f"kind must be 'cpu', 'api' or 'noop', got {self.kind!r}")
+        if self.kind not in ("cpu", "api", "noop", "gpu"):
+            raise MessageError(f"kind must be 'cpu', 'api', 'noop' or 'gpu', got {self.kind!r}")
+        if self.kind == "gpu" and (not self.service or not self.gpus):
+            raise MessageError("a gpu dispatch needs a service and its gpus")
         if self.kind == "cpu" and not self.command:
             raise MessageError("a cpu dispatch needs a command")
         if self.kind == "api" and self.api is None:
@@ -122,8 +135,8 @@ class Dispatch(WireRecord):
 
     @property
     def dop(self) -> int:
-        """Degree of parallelism granted: the number of allocated cores (at least 1)."""
-        return max(1, len(self.cores))
+        """Degree of parallelism granted: the allocated cores, or GPUs (at least 1)."""
+        return max(1, len(self.cores) or len(self.gpus))
 
     def rendered_command(self) -> str:
         """The command with ``{dop}`` filled in (only that placeholder; other braces untouched)."""
@@ -158,7 +171,10 @@ class ActionResult(WireRecord):
 
     ``output`` is stdout+stderr (cpu) or the response body (api), decoded as UTF-8 with
     replacement, at most ``output_cap_bytes`` of the dispatch; ``output_truncated`` says more was
-    produced. Times are wall-clock UNIX seconds taken on the agent.
+    produced. Times are wall-clock UNIX seconds taken on the agent. A ``gpu`` result also
+    carries its chunk (``gpus``), where its time went on the agent (``timings``: queue, restore,
+    execute seconds) and the service-cache events it caused (``cache_events``, arl-tangram §5.3);
+    ``score``: the action's reward when it has one (a reward model scoring one sequence).
     """
 
     TYPE: ClassVar[str] = "action_result"
@@ -176,6 +192,10 @@ class ActionResult(WireRecord):
     http_status: int | None = None
     cores: tuple[int, ...] = ()
     trajectory_id: str | None = None
+    gpus: tuple[int, ...] = field(default=(), metadata=wire(omit_empty=True))
+    timings: dict[str, float] = field(default_factory=dict, metadata=wire(omit_empty=True))
+    cache_events: tuple[dict[str, Any], ...] = field(default=(), metadata=wire(omit_empty=True))
+    score: float | None = field(default=None, metadata=wire(omit_empty=True))
 
     def __post_init__(self) -> None:
         if self.status not in ("succeeded", "failed", "timed_out", "cancelled"):
@@ -194,6 +214,9 @@ class NodeRegister(WireRecord):
 
     ``numa`` maps NUMA node id → its cores (arl-tangram §5.2: prefer cores of one NUMA node).
     ``concurrency`` is the api agent's in-flight limit (0 for cpu agents).
+    A gpu agent (arl-tangram §5.3 "Pool") registers its ``gpus``, each one's ``gpu_memory_mb``,
+    its ``nvlink_groups``, the ``services`` it hosts (name → ``weights_mb`` per instance and the
+    chunk ``sizes`` it runs on) and its service ``cache`` (which service is resident where).
     """
 
     TYPE: ClassVar[str] = "node_register"
@@ -209,11 +232,19 @@ class NodeRegister(WireRecord):
     concurrency: int = 0
     dispatch_stream: str = ""
     started_at: float = 0.0
+    gpus: tuple[int, ...] = field(default=(), metadata=wire(omit_empty=True))
+    gpu_memory_mb: int = field(default=0, metadata=wire(omit_empty=True))
+    nvlink_groups: tuple[tuple[int, ...], ...] = field(default=(), metadata=wire(omit_empty=True))
+    services: dict[str, dict[str, Any]] = field(
+        default_factory=dict, metadata=wire(omit_empty=True)
+    )
+    cache: tuple[dict[str, Any], ...] = field(default=(), metadata=wire(omit_empty=True))
 
 
 @dataclass(frozen=True)
 class Heartbeat(WireRecord):
-    """Liveness plus what the agent is running now (``action_id:attempt`` keys)."""
+    """Liveness plus what the agent is running now (``action_id:attempt`` keys); a gpu agent's
+    also carries its service ``cache`` (which service is resident on which chunk)."""
 
     TYPE: ClassVar[str] = "heartbeat"
 
@@ -222,6 +253,7 @@ class Heartbeat(WireRecord):
     agent_id: str
     sent_at: float
     running: tuple[str, ...] = ()
+    cache: tuple[dict[str, Any], ...] = field(default=(), metadata=wire(omit_empty=True))
 
 
 def _action_ids(raw: Any) -> tuple[int, ...]:

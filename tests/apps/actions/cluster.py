@@ -71,6 +71,31 @@ class Cluster:
             ],
         )  # fmt: skip
 
+    def start_gpu_agent(
+        self,
+        node: str,
+        services: list[str],
+        *,
+        devices: int = 2,
+        device_memory_mb: int = 1000,
+        write_checkpoints: bool = True,
+    ) -> None:
+        """``python -m workers.agents.gpu`` on CPU stand-in devices; ``services`` are
+        ``NAME=torch:TASK:DIR`` (each checkpoint written first by the agent itself unless
+        ``write_checkpoints`` is off)."""
+        argv = [
+            sys.executable, "-m", "workers.agents.gpu", "--redis-url", self.redis_url,
+            "--pool", self.pool, "--node-id", node, "--stream-prefix", self.prefix,
+            "--devices", str(devices), "--device-memory-mb", str(device_memory_mb),
+            "--heartbeat-interval", "0.2", "--reclaim-idle-ms", "600000", "--log-level", "WARNING",
+        ]  # fmt: skip
+        for service in services:
+            _, task, path = service.partition("=")[2].split(":")
+            argv += ["--service", service]
+            if write_checkpoints:
+                argv += ["--make-checkpoint", f"{task}:{path}"]
+        self._spawn(node, argv)
+
     def start_web(self) -> str:
         """The ASGI app under uvicorn, as in production; returns its base URL once it answers."""
         with socket.socket() as probe:

@@ -63,3 +63,21 @@ def test_run_returns_the_action_once_it_has_ended(sdk: Client) -> None:
     submit = requests[0]
     assert submit.method == "POST" and submit.url.params["wait"] == "1.2"
     assert all("/result/" in str(r.url) for r in requests[1:])
+
+
+def test_a_service_action_carries_its_request_and_priority(sdk: Client) -> None:
+    from loom.errors import ApiError
+
+    from apps.actions.models import Action
+    from apps.resources.models import PoolKind
+    from tests.factories import PoolFactory, ServiceFactory
+
+    pool = PoolFactory.create(name="gpu-sdk", kind=PoolKind.GPU)
+    ServiceFactory.create(name="rm-sdk", pool=pool, max_sequences=2, max_tokens=8)
+    request = {"input_ids": [[1, 2, 3]]}
+    action = sdk.submit(service="rm-sdk", request=request, priority=7)
+    stored = Action.objects.get(pk=action.id)
+    assert (stored.request, stored.priority) == (request, 7)
+    with pytest.raises(ApiError) as refused:
+        sdk.submit(service="rm-sdk", request={"input_ids": [[1] * 9]})  # past max_tokens
+    assert refused.value.errors[0]["field"].startswith("request.input_ids")

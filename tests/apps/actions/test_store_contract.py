@@ -203,7 +203,12 @@ def test_finish_ends_any_active_row_caps_its_output_and_never_overwrites_a_cance
     before = {i: harness.row(i) for i in [*queued, *scheduled, *running, cancelled]}
     long_output = "x" * (OUTPUT_LIMIT_CHARS + 10)
     ended = [*queued, *scheduled, *running]
-    result: dict[str, Any] = {"finished_at": now + 2, "started_at": now + 1, "exit_code": 3}
+    result: dict[str, Any] = {
+        "finished_at": now + 2,
+        "started_at": now + 1,
+        "exit_code": 3,
+        "score": 0.75,
+    }
     applied = harness.store.apply(
         finished=[
             FinishUpdate(i, 1, "failed", output=long_output, reason="exit_code_nonzero", **result)
@@ -339,7 +344,7 @@ LONG_OUTPUT = "y" * (OUTPUT_LIMIT_CHARS + 1)
 def _store_finish(harness: DjangoHarness, ids: list[int], now: float) -> None:
     harness.store.apply(
         finished=[
-            FinishUpdate(i, 1, "timed_out", now + 2, now + 1, 124, LONG_OUTPUT, "timeout")
+            FinishUpdate(i, 1, "timed_out", now + 2, now + 1, 124, LONG_OUTPUT, "timeout", 0.5)
             for i in ids
         ]
     )
@@ -356,6 +361,7 @@ def _orm_finish(harness: DjangoHarness, ids: list[int], now: float) -> None:
             exit_code=124,
             output=LONG_OUTPUT,
             error_reason="timeout",
+            score=0.5,
         )
 
 
@@ -400,3 +406,163 @@ def test_each_fast_sql_form_writes_the_rows_the_orm_form_writes(path: str, size:
     for store_id, orm_id in zip(by_store, by_orm, strict=True):
         assert harness.row(store_id) == harness.row(orm_id)
         assert harness.row(store_id) != INITIAL
+
+
+# -- GPU pools (arl-tangram §5.3): registrations with their cache, service actions -------------
+
+GPU_NODE = "g1"
+GPU_SERVICES: dict[str, dict[str, Any]] = {
+    "rm": {"kind": "torch", "sizes": [1, 2], "device_mb": [300.0, 300.0]},
+    "broken": {"kind": "torch", "error": "config.json missing"},
+}
+GPU_REQUEST = {"input_ids": [[1, 2, 3], [4, 5]]}
+
+
+def _gpu_register(cache: tuple[dict[str, Any], ...] = ()) -> Any:
+    from workers.transport import NodeRegister
+
+    return NodeRegister(
+        node_id=GPU_NODE,
+        pool="contract-gpu",
+        agent_id="gpu-agent-1",
+        kind="gpu",
+        backend="torch",
+        cores=(0, 1),
+        numa={0: (0, 1)},
+        memory_mb=4096,
+        gpus=(0, 1, 2, 3),
+        gpu_memory_mb=1000,
+        nvlink_groups=((0, 1), (2, 3)),
+        services=GPU_SERVICES,
+        cache=cache,
+    )
+
+
+# What a store keeps of a registration: everything but the per-connection fields.
+KEPT = ("node_id", "pool", "kind", "backend", "cores", "numa", "memory_mb", "gpus")
+KEPT_GPU = (*KEPT, "gpu_memory_mb", "nvlink_groups", "services", "cache")
+
+
+def _kept(register: Any) -> dict[str, Any]:
+    return {name: getattr(register, name) for name in KEPT_GPU}
+
+
+class GpuHarness(Protocol):
+    store: Any
+
+    def create_gpu_action(self, service: str, request: Any, priority: int) -> int: ...
+
+
+class MemoryGpuHarness:
+    def __init__(self) -> None:
+        from tests.workers.scheduler.memory_store import MemoryStore
+
+        class GpuMemoryStore(MemoryStore):
+            def pool_kind(self, pool: str) -> str:
+                return "gpu"
+
+        self.store = GpuMemoryStore()
+        self._ids = itertools.count(1)
+
+    def create_gpu_action(self, service: str, request: Any, priority: int) -> int:
+        action_id = next(self._ids)
+        self.store.records[action_id] = ActionRecord(
+            action_id,
+            1,
+            "gpu",
+            {"gpu": {"units": [1, 2]}},
+            0.0,
+            service=service,
+            request=request,
+            priority=priority,
+            idempotent=True,
+        )
+        return action_id
+
+
+class DjangoGpuHarness:
+    def __init__(self) -> None:
+        from apps.actions.scheduler_store import DjangoActionStore
+        from apps.resources.models import PoolKind
+        from tests.factories import PoolFactory, ServiceFactory
+
+        self.pool = PoolFactory.create(name="contract-gpu", kind=PoolKind.GPU)
+        self.services = {"rm": ServiceFactory.create(name="rm", pool=self.pool)}
+        self.store = DjangoActionStore()
+
+    def create_gpu_action(self, service: str, request: Any, priority: int) -> int:
+        from tests.factories import ActionFactory
+
+        return int(
+            ActionFactory.create(
+                pool=self.pool,
+                service=self.services[service],
+                request=request,
+                priority=priority,
+                demand={"gpu": {"units": [1, 2]}},
+                key_resource="gpu",
+                min_units=1,
+                max_units=2,
+            ).pk
+        )
+
+
+@pytest.fixture(params=["memory", "django"])
+def gpu_harness(request: pytest.FixtureRequest) -> GpuHarness:
+    if request.param == "memory":
+        return MemoryGpuHarness()
+    request.getfixturevalue("db")
+    return DjangoGpuHarness()
+
+
+def test_a_gpu_pool_is_of_kind_gpu(gpu_harness: GpuHarness):
+    assert gpu_harness.store.pool_kind("contract-gpu") == "gpu"
+
+
+def test_a_gpu_registration_comes_back_whole_from_load_nodes(gpu_harness: GpuHarness):
+    register = _gpu_register()
+    gpu_harness.store.upsert_node(register)
+    (loaded,) = gpu_harness.store.load_nodes("contract-gpu")
+    assert _kept(loaded) == _kept(register)
+    assert loaded.services["broken"] == {"kind": "torch", "error": "config.json missing"}
+
+
+def test_the_cache_a_heartbeat_changed_is_what_a_rebuild_loads(gpu_harness: GpuHarness):
+    from dataclasses import replace
+
+    gpu_harness.store.upsert_node(_gpu_register())
+    cache = (
+        {"service": "rm", "start": 0, "size": 2, "last_used": 1700000000.25},
+        {"service": "rm", "start": 3, "size": 1, "last_used": 1700000001.5},
+    )
+    (registered,) = gpu_harness.store.load_nodes("contract-gpu")
+    # What the scheduler stores when a heartbeat changes the cache (``NodeRegistry.heartbeat``).
+    gpu_harness.store.upsert_node(replace(registered, cache=cache))
+    (loaded,) = gpu_harness.store.load_nodes("contract-gpu")
+    assert loaded.cache == cache
+    assert _kept(loaded) == _kept(_gpu_register(cache))
+    gpu_harness.store.upsert_node(replace(registered, cache=()))  # everything evicted
+    assert gpu_harness.store.load_nodes("contract-gpu")[0].cache == ()
+
+
+def test_a_gpu_action_loads_with_its_service_request_and_priority(gpu_harness: GpuHarness):
+    action_id = gpu_harness.create_gpu_action("rm", GPU_REQUEST, 7)
+    (record,) = gpu_harness.store.load_active("contract-gpu")
+    assert (record.action_id, record.kind) == (action_id, "gpu")
+    assert (record.service, record.request, record.priority) == ("rm", GPU_REQUEST, 7)
+    assert record.idempotent  # a lost agent's service request runs again elsewhere
+    (queued,) = gpu_harness.store.load_queued("contract-gpu", [action_id])
+    assert queued == record
+
+
+def test_a_gpu_action_scheduled_on_a_chunk_keeps_it_for_the_rebuild(gpu_harness: GpuHarness):
+    gpu_harness.store.upsert_node(_gpu_register())
+    action_id = gpu_harness.create_gpu_action("rm", GPU_REQUEST, 0)
+    allocation = {"gpus": [2, 3], "units": {"gpu": 2}, "node": GPU_NODE}
+    applied = gpu_harness.store.apply(
+        scheduled=[ScheduledUpdate(action_id, 1, GPU_NODE, allocation, time.time())]
+    )
+    assert applied.scheduled == frozenset({action_id})
+    (record,) = gpu_harness.store.load_active("contract-gpu")
+    assert (record.status, record.node, record.allocation) == ("scheduled", GPU_NODE, allocation)
+    assert record.service == "rm"

@@ -63,7 +63,14 @@ def test_default_pool_follows_the_key_resource(job_actor):
     gpu_pool = PoolFactory.create(name="gpus", kind="gpu")
     PoolFactory.create(name="cpus", kind="cpu")
     service = ServiceFactory.create(name="reward")
-    body = submit(job_actor, {"service": service.name, "demand": {"gpu": {"units": [1, 2]}}})
+    body = submit(
+        job_actor,
+        {
+            "service": service.name,
+            "demand": {"gpu": {"units": [1, 2]}},
+            "request": {"input_ids": [[1, 2]]},
+        },
+    )
     assert body.json()["pool"] == gpu_pool.name
 
 

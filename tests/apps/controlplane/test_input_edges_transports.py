@@ -106,7 +106,7 @@ def _body_fields() -> list[tuple[str, str, str, str]]:
 def test_every_numeric_body_field_refuses_values_past_its_range(staff_actor: Any) -> None:
     """Past int64 or float range, each field is a 400 naming it (never the database's error,
     never a 5xx), whichever endpoint it belongs to."""
-    from tests.factories import ApiQuotaFactory, ServiceFactory
+    from tests.factories import ApiQuotaFactory, BufferFactory, ServiceFactory
 
     pool = PoolFactory.create(name="cpu-range")
     job = JobFactory.create(name="range")
@@ -115,6 +115,7 @@ def test_every_numeric_body_field_refuses_values_past_its_range(staff_actor: Any
         "action_id": ActionFactory.create(job=job).pk,
         "trajectory_id": TrajectoryFactory.create(job=job).pk,
         "node_id": NodeFactory.create(pool=pool).pk,
+        "buffer_id": BufferFactory.create(job=job).pk,
     }
     by_collection = {
         "pools": pool.pk,

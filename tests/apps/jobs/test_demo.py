@@ -1,5 +1,7 @@
 """``manage.py demo`` as a fresh checkout runs it: the demo workload's reward suites pass with
-real scores, and elastic reward actions really run on more than one core.
+real scores, elastic reward actions really run on more than one core, its LLM turns really
+generate through the router on the CPU engine (the tokens reach the trajectory rows), and its
+reward model and teacher serve as GPU services (CPU stand-in devices).
 
 The same code as the command (``_set_up`` through ``call_command``, then ``embedded_demo``: the
 embedded runtime with its sandboxed local agent and the workload), with a fresh ``var/`` and the
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import time
 from pathlib import Path
@@ -78,6 +81,27 @@ async def test_demo_reward_suites_pass_with_real_scores_on_more_than_one_core(
         assert action.score == 1.0
     wide = [a for a in suites if _wide(a)]
     assert wide, [a.allocation for a in suites]
+    generated = await asyncio.to_thread(
+        lambda: list(Trajectory.objects.filter(tokens__gt=0).values_list("tokens", "llm_worker"))
+    )
+    assert generated and all(worker for _, worker in generated), generated
+    served = await asyncio.to_thread(
+        lambda: list(
+            Action.objects.filter(service__isnull=False, status__in=TERMINAL_STATUSES).values_list(
+                "service__name", "status", "output"
+            )
+        )
+    )
+    assert {name for name, _, _ in served} == {"reward-model", "teacher"}, served
+    assert all(status == "succeeded" for _, status, _ in served), served
+    scored = await asyncio.to_thread(
+        lambda: list(
+            Action.objects.filter(service__name="reward-model", status="succeeded").values_list(
+                "score", "output"
+            )
+        )
+    )
+    assert all(score == json.loads(output)["scores"][0] for score, output in scored), scored
     assert any((parse_suite(a.output).cores or 0) > 1 for a in wide)  # seen from inside
     rewards = await asyncio.to_thread(
         lambda: list(

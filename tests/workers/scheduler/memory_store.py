@@ -87,6 +87,7 @@ class MemoryStore:
                 "exit_code": finish.exit_code,
                 "output": finish.output,
                 "error_reason": finish.reason,
+                "score": finish.score,
             }
             if self._move(finish.action_id, FINISH, status=finish.status, **columns):
                 self.finished[finish.action_id] = replace(

@@ -34,7 +34,7 @@ from apps.jobs.authentication import hash_key
 from apps.jobs.models import ApiKey, Job
 from apps.policies.models import Policy, PolicyKind
 from apps.policies.services import policy_create
-from apps.resources.models import PoolKind, ResourcePool, Tool
+from apps.resources.models import PoolKind, ResourcePool, Service, ServiceBackend, Tool
 from workers.agents.cpu.local import make_private_root
 
 if TYPE_CHECKING:
@@ -44,6 +44,11 @@ if TYPE_CHECKING:
 ADMIN_USERNAME = "admin"
 DEMO_JOB = "demo"
 DEMO_POOL = "cpu-local"
+DEMO_GPU_POOL = "gpu-local"
+# The demo's GPU services: a reward model and a teacher (per-token log-probs) that the GPU agent
+# builds from random-weight checkpoints written under var/models (arl-tangram §5.3's MOPD and
+# reward-model services, in small).
+DEMO_SERVICES = (("reward-model", "reward"), ("teacher", "logprobs"))
 
 
 def _kept_secret(path: Path, make: Any) -> tuple[str, bool]:
@@ -76,16 +81,18 @@ def _kept_key(path: Path, *, job: Job | None, user: User | None, created_by: Use
 
 @contextlib.asynccontextmanager
 async def embedded_demo(
-    *, workload: bool, **workload_options: Any
+    *, workload: bool, llm_port: int | None = 0, **workload_options: Any
 ) -> AsyncIterator[tuple[EmbeddedRuntime, DemoWorkload | None]]:
-    """The embedded runtime and (``workload``) the demo workload, running until the block ends.
+    """The embedded runtime, the LLM router on ``llm_port`` in front of the CPU engine (None:
+    no LLM) and (``workload``) the demo workload, running until the block ends.
 
     Working directories go under LOOM_SANDBOX_ROOT: outside the repository, so no project
     configuration of Loom's reaches an action; one directory per checkout (its ``var/``), never
     shared by two checkouts' demos, emptied at start since a SIGTERM'd server (uvicorn re-raises
     the signal once it has shut down) never reaches the clean-up below.
     """
-    from apps.embedded.demo_workload import DemoWorkload
+    from apps.embedded.demo_workload import DemoWorkload, LlmEndpoint
+    from apps.embedded.llm import EmbeddedLlm
     from apps.embedded.runtime import EmbeddedRuntime
 
     sandbox_root = Path(settings.LOOM_SANDBOX_ROOT)
@@ -94,32 +101,48 @@ async def embedded_demo(
     work_root = sandbox_root / f"demo-{checkout}"
     shutil.rmtree(work_root, ignore_errors=True)
     runtime = EmbeddedRuntime(work_root=work_root, publish_snapshot=pool_snapshot_publish)
+    llm = None if llm_port is None else EmbeddedLlm(port=llm_port)
     stop = asyncio.Event()
     tasks = []
     demo = None
     try:
         await runtime.start()
+        if llm is not None:
+            await llm.start()
         if workload:
-            job, pool = await asyncio.to_thread(
-                lambda: (Job.objects.get(name=DEMO_JOB), ResourcePool.objects.get(name=DEMO_POOL))
+            job, pool, gpu_pool = await asyncio.to_thread(
+                lambda: (
+                    Job.objects.get(name=DEMO_JOB),
+                    ResourcePool.objects.get(name=DEMO_POOL),
+                    ResourcePool.objects.filter(name=DEMO_GPU_POOL).first(),
+                )
             )
-            demo = DemoWorkload(job=job, pool=pool, **workload_options)
+            endpoint = None
+            if llm is not None:
+                raw_key = (Path(settings.VAR_DIR) / "demo_api_key").read_text().strip()
+                endpoint = LlmEndpoint(url=llm.url, api_key=raw_key, model=llm.model_name)
+            demo = DemoWorkload(
+                job=job, pool=pool, gpu_pool=gpu_pool, llm=endpoint, **workload_options
+            )
             tasks.append(asyncio.create_task(demo.run(stop)))
         yield runtime, demo
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if llm is not None:
+            await llm.stop()
         await runtime.stop()
         shutil.rmtree(work_root, ignore_errors=True)
 
 
-async def serve_embedded(*, host: str, port: int, workload: bool) -> None:
-    """The web app, the runtime and the demo workload in one event loop until Ctrl-C."""
+async def serve_embedded(*, host: str, port: int, llm_port: int, workload: bool) -> None:
+    """The web app, the runtime, the LLM router and the demo workload in one event loop until
+    Ctrl-C."""
     import uvicorn
 
     from apps.embedded.rollups import RollupThread
 
-    async with embedded_demo(workload=workload):
+    async with embedded_demo(workload=workload, llm_port=llm_port):
         rollups = RollupThread()  # no Celery beat in the embedded mode: history is written here
         rollups.start()
         config = uvicorn.Config(
@@ -139,6 +162,9 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument(
+            "--llm-port", type=int, default=8100, help="the OpenAI-compatible LLM router's port"
+        )
+        parser.add_argument(
             "--no-workload", action="store_true", help="serve and schedule, but submit nothing"
         )
 
@@ -147,12 +173,14 @@ class Command(BaseCommand):
         var_dir = Path(settings.VAR_DIR)
         password, raw_key, staff_key = self._set_up(var_dir)
         base = f"http://{options['host']}:{options['port']}"
-        self._print_summary(base, password, raw_key, staff_key)
+        llm = f"http://{options['host']}:{options['llm_port']}/v1"
+        self._print_summary(base, llm, password, raw_key, staff_key)
         if not options["no_serve"]:
             asyncio.run(
                 serve_embedded(
                     host=options["host"],
                     port=options["port"],
+                    llm_port=options["llm_port"],
                     workload=not options["no_workload"],
                 )
             )
@@ -191,6 +219,26 @@ class Command(BaseCommand):
                 comment="created by make demo",
             )
         ensure_demo_tools(pool)
+        gpu_pool, _ = ResourcePool.objects.get_or_create(
+            name=DEMO_GPU_POOL,
+            defaults={"kind": PoolKind.GPU, "description": "GPU services (CPU stand-ins here)"},
+        )
+        for name, task in DEMO_SERVICES:
+            Service.objects.get_or_create(
+                name=name,
+                defaults={
+                    "pool": gpu_pool,
+                    "backend": ServiceBackend.TORCH,
+                    "task": task,
+                    "model": str(var_dir / "models" / name),
+                    "allowed_dop": [1, 2],
+                    "throughput": {"1": 1.0, "2": 1.6},
+                    "max_sequences": 8,
+                    "max_tokens": 256,
+                    "vocab_size": 512,
+                    "description": f"a small random-weight {task} model (make demo)",
+                },
+            )
         Tool.objects.get_or_create(
             name="python",
             defaults={
@@ -207,7 +255,9 @@ class Command(BaseCommand):
         )
         return password, raw_key, staff_key
 
-    def _print_summary(self, base: str, password: str, raw_key: str, staff_key: str) -> None:
+    def _print_summary(
+        self, base: str, llm: str, password: str, raw_key: str, staff_key: str
+    ) -> None:
         line = "─" * 72
         curl = (
             f"curl -s -H 'Authorization: Bearer {raw_key}' -H 'Content-Type: application/json' \\\n"
@@ -230,8 +280,13 @@ class Command(BaseCommand):
                     "  submit an action:",
                     f"    {curl}",
                     "",
-                    "  A live workload of AI-coding trajectories runs on this machine's cores",
-                    "  (test suites as elastic reward actions); watch it live on the dashboard.",
+                    f"  LLM router   {llm}   (OpenAI-compatible; name your trajectory in the",
+                    "               X-Loom-Trajectory header; llama.cpp on this CPU)",
+                    "",
+                    "  A live workload of AI-coding trajectories runs on this machine: LLM turns",
+                    "  through the router, test suites as elastic reward actions on its cores,",
+                    "  a reward model and a teacher as GPU services (evict-on-execution on CPU",
+                    "  stand-in devices); watch it live on the dashboard.",
                     line,
                 ]
             )

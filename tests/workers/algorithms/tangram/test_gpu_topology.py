@@ -150,3 +150,44 @@ def test_exclusive_cache_keeps_one_instance_per_gpu() -> None:
     exclusive = run(exclusive=True)  # each load replaces the instance that was there
     assert exclusive.loads == 3 and exclusive.evictions == 2
     assert set(exclusive.cache_last_used) == {("m", "g0", 0, 1)}
+
+
+def _big_services() -> dict[str, GpuServiceSpec]:
+    """Two services that cannot share a GPU at DoP 1 (60 GB each in 80 GB)."""
+    return {
+        name: GpuServiceSpec(name, 60_000, load_mb_per_s=10_000, load_overhead_s=0.5)
+        for name in ("m", "n")
+    }
+
+
+def test_a_cold_restore_lands_where_it_evicts_least() -> None:
+    """The first free chunk by name holds ``m``; a cold ``n`` goes to the other node's empty
+    chunk instead of evicting ``m`` there (Loom's refinement of §5.3's chunk choice)."""
+    topology = GpuTopology(["g0", "g1"], _big_services(), gpus_per_node=1)
+    _warm(topology, "m", 1, count=1)  # on g0, the first by name
+    assert set(topology.cache_last_used) == {("m", "g0", 0, 1)}
+    allocation = topology.allocate(_gpu("a", 1, "n"), "pool", {"gpu": 1}, 2.0)
+    assert allocation.node == "g1"
+    assert topology.evictions == 0
+    # with both nodes holding a service, the least recently used instance goes
+    topology.release("a", 3.0)
+    assert topology.allocate(_gpu("b", 1, "m"), "pool", {"gpu": 1}, 4.0).node == "g0"  # warm
+    topology.release("b", 5.0)
+    other = GpuServiceSpec("o", 60_000, load_mb_per_s=10_000, load_overhead_s=0.5)
+    topology.services["o"] = other
+    assert topology.allocate(_gpu("c", 1, "o"), "pool", {"gpu": 1}, 6.0).node == "g1"
+    assert ("n", "g1", 0, 1) not in topology.cache_last_used  # n was used last at 2.0
+
+
+def test_a_cold_start_is_charged_the_restores_it_evicts() -> None:
+    topology = GpuTopology(["g0"], _big_services(), gpus_per_node=1)
+    _warm(topology, "m", 1, count=1)
+    restore = _big_services()["n"].load_seconds(1)
+    displaced = _big_services()["m"].load_seconds(1)
+    assert topology.displaced_restores("n", 1) == pytest.approx(displaced)
+    assert topology.displaced_restores("m", 1) == 0.0  # warm: nothing evicted
+    accommodation = topology.accommodation(2.0)
+    assert accommodation.restore_seconds(_gpu("a", 1, "n"), 1) == pytest.approx(restore + displaced)
+    room = GpuTopology(["g0", "g1"], _big_services(), gpus_per_node=1)
+    _warm(room, "m", 1, count=1)
+    assert room.displaced_restores("n", 1) == 0.0  # g1 is empty: nothing is thrown away

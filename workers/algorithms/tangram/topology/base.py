@@ -31,6 +31,7 @@ class WaitReason(StrEnum):
     SERVICE_LOADING = "service loading"
     NEVER_FITS = "demand exceeds pool capacity"
     NOT_IN_POOL = "resource not managed by this pool"
+    SERVICE_NOT_LOADED = "service failed to load on every node that hosts it"
 
 
 @dataclass(frozen=True)

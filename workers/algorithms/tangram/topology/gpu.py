@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from workers.algorithms.tangram.action import ActionSpec
 from workers.algorithms.tangram.dparrange import (
@@ -42,6 +43,7 @@ _LEVEL = {1: 0, 2: 1, 4: 2, 8: 3}
 
 Chunk = tuple[str, int, int]  # (node, start, size)
 Instance = tuple[str, str, int, int]  # (service, node, start, size)
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,54 @@ Loader = Callable[[GpuServiceSpec, int], float]
 def pinned_memory_restore(service: GpuServiceSpec, gpus: int) -> float:
     """§5.3: every GPU of the chunk restores its shard from the invariant CPU-memory copy."""
     return service.load_seconds(gpus)
+
+
+@dataclass(frozen=True)
+class CachedInstance:
+    """A service instance resident on one node's GPUs ``start .. start + size``."""
+
+    last_used: float
+    start: int
+    size: int
+    per_gpu_mb: float
+
+
+def lru_evictions(
+    resident: Mapping[K, CachedInstance],
+    memory_used: Mapping[int, float],
+    capacity_mb: float,
+    start: int,
+    size: int,
+    need_mb: float,
+    exclusive: bool = False,
+) -> list[K]:
+    """The instances to evict, least recently used first, so that ``need_mb`` more fits on each
+    GPU of ``start .. start + size`` (arl-tangram §5.3: EOE with LRU eviction).
+
+    Only instances overlapping the chunk are candidates (the rest hold other GPUs); ties on
+    ``last_used`` break by key so the simulator and the agents evict the same instance.
+    ``exclusive``: a GPU keeps only the newest instance (a baseline's model ownership), so every
+    overlapping instance goes. Evicting all of them may still not make room (the footprint alone
+    exceeds a GPU): the caller decides whether that is an error.
+    """
+    used = dict(memory_used)
+    overlapping = sorted(
+        (
+            (key, inst)
+            for key, inst in resident.items()
+            if inst.start < start + size and start < inst.start + inst.size
+        ),
+        key=lambda item: (item[1].last_used, item[0]),
+    )
+    victims: list[K] = []
+    for key, inst in overlapping:
+        fits = all(used[g] + need_mb <= capacity_mb for g in range(start, start + size))
+        if fits and not exclusive:
+            break
+        victims.append(key)
+        for g in range(inst.start, inst.start + inst.size):
+            used[g] -= inst.per_gpu_mb
+    return victims
 
 
 def split_into_nodes(gpus: int, node_size: int = 8) -> list[int]:
@@ -178,26 +228,69 @@ class GpuTopology(Topology):
     # --- buddy chunks -----------------------------------------------------------------------
 
     def _pick_chunk(self, size: int, service: str | None) -> tuple[str, int, int, int]:
-        """``(node, chunk_start, chunk_size, sub_start)``: smallest fitting level, cached first."""
+        """``(node, chunk_start, chunk_size, sub_start)``: the smallest fitting level; within it a
+        sub-chunk already caching ``service`` (most recently used first), else the one whose
+        restore evicts least (:meth:`_eviction_damage`)."""
         for level in range(_LEVEL[size], 4):
             chunk_size = CHUNK_SIZES[level]
             free = self.free_chunks[level]
             if not free:
                 continue
-            best: tuple[float, str, int, int] | None = None
+            best: tuple[tuple[float, ...], str, int, int] | None = None
             for node, start in sorted(free):
                 for sub in range(start, start + chunk_size, size):
-                    used = -1.0
-                    if self.prefer_cached and service is not None:
-                        used = self.cache_last_used.get((service, node, sub, size), -1.0)
-                    if best is None or used > best[0]:
-                        best = (used, node, start, sub)
+                    rank = self._chunk_rank(service, node, sub, size)
+                    if best is None or rank < best[0]:
+                        best = (rank, node, start, sub)
                 if not self.prefer_cached:
                     break
             assert best is not None
             _, node, start, sub = best
             return node, start, chunk_size, sub
         raise RuntimeError(f"no free chunk of {size} GPUs")
+
+    def _chunk_rank(self, service: str | None, node: str, sub: int, size: int) -> tuple[float, ...]:
+        """Lower is better: a chunk caching ``service`` (most recently used first, §5.3's
+        preference), then — Loom's own refinement — the chunk whose restore evicts the fewest
+        and the least recently used instances, so a cold restore lands where it destroys the
+        least warm state instead of on the first free chunk by name."""
+        if not self.prefer_cached or service is None:
+            return (0.0,)
+        used = self.cache_last_used.get((service, node, sub, size))
+        if used is not None:
+            return (0.0, -used)
+        victims = self._restore_victims(service, node, sub, size)
+        newest = max((self.cache_last_used[v] for v in victims), default=float("-inf"))
+        return (1.0, float(len(victims)), newest)
+
+    def _restore_victims(self, service: str, node: str, start: int, size: int) -> list[Instance]:
+        """The cached instances a restore of ``service`` onto ``start .. start + size`` evicts."""
+        resident = {
+            inst: CachedInstance(t, inst[2], inst[3], self.services[inst[0]].footprint_mb(inst[3]))
+            for inst, t in self.cache_last_used.items()
+            if inst[1] == node
+        }
+        used = {g: self.memory_used[(node, g)] for g in range(self.node_gpus[node])}
+        need = self.services[service].footprint_mb(size)
+        return lru_evictions(
+            resident, used, self.gpu_memory_mb, start, size, need, exclusive=self.exclusive
+        )
+
+    def displaced_restores(self, service: str, size: int) -> float:
+        """Seconds of restores that a cold start of ``service`` on ``size`` GPUs throws away now:
+        the load times of the instances its restore would evict from the chunk it would get
+        (Loom's own price on §5.3's LRU eviction: a later action of an evicted service pays that
+        restore again). 0 when a chunk caching it is free or none of that size is."""
+        try:
+            node, _, _, sub = self._pick_chunk(size, service)
+        except RuntimeError:
+            return 0.0
+        if (service, node, sub, size) in self.cache_last_used:
+            return 0.0
+        return sum(
+            self.loader(self.services[victim[0]], victim[3])
+            for victim in self._restore_victims(service, node, sub, size)
+        )
 
     def _split_take(self, node: str, start: int, chunk_size: int, sub: int, size: int) -> None:
         self.free_chunks[_LEVEL[chunk_size]].discard((node, start))
@@ -231,15 +324,7 @@ class GpuTopology(Topology):
         spec = self.services[service]
         need = spec.footprint_mb(size)
         gpus = range(start, start + size)
-        overlapping = sorted(
-            (t, inst)
-            for inst, t in self.cache_last_used.items()
-            if inst[1] == node and inst[2] < start + size and start < inst[2] + inst[3]
-        )
-        for _, inst in overlapping:
-            fits = all(self.memory_used[(node, g)] + need <= self.gpu_memory_mb for g in gpus)
-            if fits and not self.exclusive:
-                break
+        for inst in self._restore_victims(service, node, start, size):
             self._evict(inst)
         for g in gpus:
             self.memory_used[(node, g)] += need
@@ -329,6 +414,7 @@ class _GpuAccommodation(Accommodation):
         self.closed = False
         self._warm: dict[tuple[str, int], int] | None = None
         self._claims: dict[tuple[str, int], dict[str, int]] = {}
+        self._displaced_cache: dict[tuple[str, int], float] = {}
 
     def warm_chunks(self, service: str, units: int) -> int:
         """Free chunks of ``units`` GPUs that cache ``service`` now (§5.3 EOE cache)."""
@@ -349,7 +435,11 @@ class _GpuAccommodation(Accommodation):
         ask (FCFS), and every candidate beyond that count pays the restore. Checking only
         whether *a* warm chunk exists let every candidate of a service look warm when one
         chunk was, and the scheduler then picked DoPs whose restores it never counted.
-        Repeated calls for one action give the same answer.
+        A cold start is also charged the restores its LRU eviction throws away
+        (``GpuTopology.displaced_restores``, Loom's own price): without it, mixing DoPs of the
+        services made each cold start look as cheap as its own restore while it evicted
+        instances that later actions had to restore again. Repeated calls for one action give
+        the same answer.
         """
         if spec.service is None:
             return 0.0
@@ -358,7 +448,16 @@ class _GpuAccommodation(Accommodation):
         rank = claims.setdefault(spec.action_id, len(claims))
         if rank < self.warm_chunks(spec.service, units):
             return 0.0
-        return self.topology.loader(self.topology.services[spec.service], units)
+        restore = self.topology.loader(self.topology.services[spec.service], units)
+        return restore + self._displaced(spec.service, units)
+
+    def _displaced(self, service: str, units: int) -> float:
+        """The restores a cold start of ``service`` on ``units`` GPUs evicts (once per pass:
+        the cache does not change while a pass plans)."""
+        key = (service, units)
+        if key not in self._displaced_cache:
+            self._displaced_cache[key] = self.topology.displaced_restores(service, units)
+        return self._displaced_cache[key]
 
     def add(self, spec: ActionSpec, units: Mapping[str, int]) -> Placement | Blocked:
         after = None if self.counts is None or self.closed else chunk_take(self.counts, units[GPU])

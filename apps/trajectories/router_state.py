@@ -1,0 +1,139 @@
+"""The router's trajectory state, persisted to the ``Trajectory`` rows (heddle §4).
+
+The router appends each trajectory's whole state (steps, tokens, predicted remaining length,
+worker, timings) to the stream ``{prefix}:router:trajectory-state`` whenever it changes
+(``workers.router.registry.StatePublisher``). ``router_state_drain`` — a Celery beat task in
+production — reads it in the consumer group ``control-plane``, keeps the latest state of each
+trajectory in the batch and applies it through ``trajectory_update``, the one owner of a
+trajectory's progress rules (counts never go back, an ended trajectory stays ended), then
+acknowledges. Entries a crashed drain read but never acknowledged are claimed again after
+``CLAIM_IDLE_MS``. In the embedded mode (no Redis) there is no router and this does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from apps.trajectories.models import Trajectory, TrajectoryStatus
+from apps.trajectories.services import (
+    UPDATABLE_FIELDS,
+    TrajectoryUpdateError,
+    trajectory_update,
+)
+from controlplane.redis_client import configured_redis, key_prefix
+from workers.router.registry import RegistryNames
+
+log = logging.getLogger("loom.router_state")
+
+STATE_GROUP = "control-plane"
+CLAIM_IDLE_MS = 30_000
+# The row's progress fields the router reports (all but the reward, which the trainer sets); the
+# rest of a snapshot (priority, migrations, at) is the router's own and shows on its live state.
+STATE_FIELDS = tuple(field for field in UPDATABLE_FIELDS if field != "reward")
+EXPIRED = "expired"  # the router forgot an idle trajectory: its status stays as it was
+_STATUSES = frozenset(TrajectoryStatus.values)
+
+
+@dataclass
+class Drained:
+    read: int = 0  # stream entries read
+    applied: int = 0  # trajectories updated
+    skipped: int = 0  # states that could not apply (unknown, foreign, ended, malformed)
+
+
+def state_changes(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The row changes one router snapshot asks for; ValueError if it is malformed."""
+    changes: dict[str, Any] = {}
+    for field in STATE_FIELDS:
+        if field in state:
+            changes[field] = state[field]
+    if state.get("event") == EXPIRED or changes.get("status") not in _STATUSES:
+        changes.pop("status", None)
+    for field in ("steps", "tokens", "predicted_remaining_tokens"):
+        if field in changes and (not isinstance(changes[field], int) or changes[field] < 0):
+            raise ValueError(f"{field}: not a count")
+    for field in ("queueing_s", "generation_s", "tool_s", "total_s"):
+        if field in changes:
+            value = changes[field]
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{field}: not a duration")
+            changes[field] = float(value)
+    if "llm_worker" in changes:
+        changes["llm_worker"] = str(changes["llm_worker"])[:200]
+    return changes
+
+
+def router_states_apply(states: Iterable[Mapping[str, Any]]) -> Drained:
+    """Apply the latest state of each trajectory among ``states`` (in stream order)."""
+    latest: dict[int, Mapping[str, Any]] = {}
+    outcome = Drained()
+    for state in states:
+        try:
+            latest[int(state["trajectory"])] = state
+        except (KeyError, TypeError, ValueError):
+            outcome.skipped += 1
+    jobs = dict(Trajectory.objects.filter(pk__in=list(latest)).values_list("pk", "job_id"))
+    for trajectory_id, state in latest.items():
+        if jobs.get(trajectory_id) is None or str(jobs[trajectory_id]) != str(state.get("job")):
+            outcome.skipped += 1  # deleted meanwhile, or not this job's
+            continue
+        try:
+            changes = state_changes(state)
+            if changes:
+                trajectory_update(trajectory_id=trajectory_id, changes=changes)
+        except (ValueError, TrajectoryUpdateError) as error:
+            # an ended trajectory, a count that went back (the REST API moved it meanwhile)
+            log.info("router state of trajectory %s not applied: %s", trajectory_id, error)
+            outcome.skipped += 1
+            continue
+        outcome.applied += 1
+    return outcome
+
+
+def router_state_drain(*, count: int = 1000, rounds: int = 10) -> Drained:
+    """Read what the router published since the last drain (consumer group ``control-plane``),
+    apply it, acknowledge it; at most ``rounds`` reads of ``count`` entries."""
+    client = configured_redis()
+    total = Drained()
+    if client is None:
+        return total
+    stream = RegistryNames(key_prefix()).trajectory_state
+    try:
+        client.xgroup_create(stream, STATE_GROUP, id="0", mkstream=True)
+    except redis.ResponseError as error:
+        if "BUSYGROUP" not in str(error):
+            raise
+    consumer = f"{socket.gethostname()}-{os.getpid()}"
+    for _ in range(rounds):
+        # first what a crashed drain read and never acknowledged, then what is new
+        claimed: Any = client.xautoclaim(
+            stream, STATE_GROUP, consumer, min_idle_time=CLAIM_IDLE_MS, start_id="0-0", count=count
+        )
+        entries: list[Any] = list(claimed[1])
+        if not entries:
+            replies: Any = client.xreadgroup(STATE_GROUP, consumer, {stream: ">"}, count=count)
+            entries = list(replies[0][1]) if replies else []
+        if not entries:
+            break
+        states = []
+        for _, fields in entries:
+            try:
+                states.append(json.loads(fields[b"state"]))
+            except (KeyError, ValueError):
+                total.skipped += 1
+        done = router_states_apply(states)
+        client.xack(stream, STATE_GROUP, *[entry_id for entry_id, _ in entries])
+        total.read += len(entries)
+        total.applied += done.applied
+        total.skipped += done.skipped
+        if len(entries) < count:
+            break
+    return total

@@ -1,0 +1,23 @@
+"""Celery tasks of trajectories: the LLM router's two links to the rows (``router_state``,
+``router_registry``), run by beat (``CELERY_BEAT_SCHEDULE``)."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from apps.jobs.router_keys import router_keys_sync
+from apps.trajectories.router_registry import router_trajectories_sync
+from apps.trajectories.router_state import router_state_drain
+
+
+@shared_task(name="trajectories.router_state", ignore_result=True)
+def trajectories_router_state() -> int:
+    """Persist what the router published since the last run; the trajectories updated."""
+    return router_state_drain().applied
+
+
+@shared_task(name="trajectories.router_sync", ignore_result=True)
+def trajectories_router_sync() -> tuple[int, int]:
+    """Rebuild the router's registries (job keys, live trajectories) from the database: repairs
+    a Redis write that failed, a restarted Redis, rows deleted since."""
+    return router_keys_sync(), router_trajectories_sync()

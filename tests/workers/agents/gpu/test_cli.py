@@ -1,0 +1,34 @@
+"""``python -m workers.agents.gpu``: service arguments, and errors that name what is wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workers.agents.gpu.__main__ import parse_service
+from workers.agents.gpu.devices import discover_devices
+from workers.agents.gpu.sglang_backend import SglangService
+from workers.agents.gpu.torch_backend import TorchService
+
+
+def test_torch_and_sglang_services_parse(checkpoints: dict[str, Path]) -> None:
+    devices = discover_devices(2, 1_000)
+    torch_service = parse_service(f"rm=torch:reward:{checkpoints['reward']}", devices)
+    assert isinstance(torch_service, TorchService) and torch_service.name == "rm"
+    sglang = parse_service(f"t=sglang:logprobs:{checkpoints['teacher']}:4000", devices)
+    assert isinstance(sglang, SglangService) and sglang.device_mb(2) == 2_000
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("rm", "expected NAME=BACKEND:TASK:PATH"),
+        ("rm=torch:judge:/x", "task must be one of"),
+        ("rm=vllm:reward:/x", "backend must be torch"),
+        ("rm=sglang:reward:/x", "backend must be torch .3 parts. or sglang .4 parts."),
+    ],
+)
+def test_bad_service_arguments_name_the_problem(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        parse_service(text, discover_devices(1, 10))

@@ -1,0 +1,298 @@
+"""The zygote: a process that prepared an actor program once and forks an actor per invocation
+(artos §4.3, with a fork-based restore path where CRIU is unavailable).
+
+Run as ``python -m workers.actors.zygote --program module:attr --fd N``: ``N`` is a
+``SOCK_SEQPACKET`` socket to the pool manager (one message per packet, so children can report on
+the same socket without interleaving). Requests (JSON): ``prewarm`` and ``invoke`` fork an actor
+(a pre-warmed one restores its state and then waits for ``go``), ``go``, ``kill``, ``exit``.
+Events: ``prepared``, ``forked``, ``ready``, ``sampled``, ``checkpointed``, ``failed``,
+``exited``. Times are ``time.monotonic()`` (one clock for every process of the node).
+
+The zygote stays single-threaded and never opens a ZeroMQ context, so forking it is safe; each
+child pins itself to its cores, restores its checkpoint, pulls parameters, samples, hands its
+batch to the buffer, checkpoints and exits. ``--cold`` is the baseline: a fresh interpreter that
+imports and prepares the program and restores the actor, then reports ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+from workers.actors.program import ActorProgram, load_checkpoint, load_program, save_checkpoint
+
+MAX_PACKET = 1 << 16
+
+
+def send(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.send(json.dumps(message).encode())
+
+
+def _restore(program: ActorProgram, request: dict[str, Any]) -> tuple[Any, bool]:
+    state = load_checkpoint(request["checkpoint_dir"], request["actor"])
+    if state is not None:
+        return state, True
+    return program.start(request["actor"], int(request.get("seed", 0))), False
+
+
+def _params(request: dict[str, Any]) -> tuple[int, Any]:
+    source = request.get("params")
+    if not source:
+        return 0, None
+    from workers.buffers.service import BufferClient
+
+    client = BufferClient(source["address"])
+    try:
+        return client.get_object(source["buffer"], source["key"])
+    finally:
+        client.close()
+
+
+def _deliver(request: dict[str, Any], batch: dict[str, Any]) -> None:
+    sink = request.get("sink") or {}
+    if "cache" in sink:
+        from workers.buffers.shm import CacheWriter
+
+        writer = CacheWriter(sink["cache"], request["actor"])
+        try:
+            writer.write(batch)
+        finally:
+            writer.close()
+    elif "address" in sink:
+        from workers.buffers.service import BufferClient
+
+        client = BufferClient(sink["address"])
+        try:
+            client.put(sink["buffer"], request["actor"], batch)
+        finally:
+            client.close()
+
+
+def run_actor(
+    program: ActorProgram, request: dict[str, Any], control: socket.socket, go_fd: int | None
+) -> int:
+    """The forked actor's whole life; returns its exit code."""
+    actor = request["actor"]
+    try:
+        if request.get("cores"):
+            os.sched_setaffinity(0, request["cores"])
+        started = time.monotonic()
+        state, restored = _restore(program, request)
+        ready = time.monotonic()
+        send(
+            control,
+            {
+                "event": "ready",
+                "actor": actor,
+                "pid": os.getpid(),
+                "at": ready,
+                "restored": restored,
+                "restore_s": ready - started,
+                "cores": sorted(os.sched_getaffinity(0)),
+            },
+        )
+        go_at = ready
+        if go_fd is not None:  # pre-warmed: wait for the go (new parameters published)
+            with os.fdopen(go_fd, "rb") as go:
+                line = go.readline()
+            if not line:
+                return 3  # the zygote went away
+            go_at = float(json.loads(line)["go_at"])
+        version, params = _params(request)
+        state, batch = program.sample(state, params, int(request["steps"]))
+        _deliver(request, batch)
+        send(
+            control,
+            {
+                "event": "sampled",
+                "actor": actor,
+                "steps": int(request["steps"]),
+                "params_version": version,
+                "go_at": go_at,
+                "at": time.monotonic(),
+            },
+        )
+        size = save_checkpoint(request["checkpoint_dir"], actor, state)
+        send(
+            control,
+            {"event": "checkpointed", "actor": actor, "bytes": size, "at": time.monotonic()},
+        )
+        return 0
+    except Exception as error:
+        send(
+            control,
+            {
+                "event": "failed",
+                "actor": actor,
+                "error": f"{type(error).__name__}: {error}",
+                "trace": traceback.format_exc()[-2000:],
+                "at": time.monotonic(),
+            },
+        )
+        return 1
+
+
+class Zygote:
+    """The fork server's loop (single-threaded)."""
+
+    def __init__(self, program: ActorProgram, control: socket.socket) -> None:
+        self.program, self.control = program, control
+        self.children: dict[int, str] = {}  # pid -> actor
+        self.go_pipes: dict[str, int] = {}  # actor -> write end of its go pipe
+
+    def fork_actor(self, request: dict[str, Any], wait_for_go: bool) -> None:
+        actor = request["actor"]
+        if actor in self.children.values():
+            send(
+                self.control,
+                {
+                    "event": "failed",
+                    "actor": actor,
+                    "error": "actor: already running",
+                    "at": time.monotonic(),
+                },
+            )
+            return
+        read_end = None
+        if wait_for_go:
+            read_end, write_end = os.pipe()
+            self.go_pipes[actor] = write_end
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for fd in self.go_pipes.values():  # write ends: the zygote's alone
+                    os.close(fd)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                code = run_actor(self.program, request, self.control, read_end)
+            finally:
+                os._exit(code)
+        if read_end is not None:
+            os.close(read_end)
+        self.children[pid] = actor
+        send(self.control, {"event": "forked", "actor": actor, "pid": pid, "at": time.monotonic()})
+
+    def go(self, actor: str, go_at: float) -> None:
+        fd = self.go_pipes.pop(actor, None)
+        if fd is None:
+            send(
+                self.control,
+                {
+                    "event": "failed",
+                    "actor": actor,
+                    "error": "go: actor is not pre-warmed",
+                    "at": time.monotonic(),
+                },
+            )
+            return
+        try:
+            os.write(fd, json.dumps({"go_at": go_at}).encode() + b"\n")
+        finally:
+            os.close(fd)
+
+    def kill(self, actor: str) -> None:
+        for pid, name in self.children.items():
+            if name == actor:
+                os.kill(pid, signal.SIGKILL)
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            actor = self.children.pop(pid, None)
+            if actor is None:
+                continue
+            fd = self.go_pipes.pop(actor, None)
+            if fd is not None:
+                os.close(fd)
+            send(
+                self.control,
+                {
+                    "event": "exited",
+                    "actor": actor,
+                    "pid": pid,
+                    "code": os.waitstatus_to_exitcode(status),
+                    "at": time.monotonic(),
+                },
+            )
+
+    def serve(self) -> None:
+        while True:
+            readable, _, _ = select.select([self.control], [], [], 0.005)
+            self.reap()
+            if not readable:
+                continue
+            packet = self.control.recv(MAX_PACKET)
+            if not packet:
+                break  # the manager went away
+            request = json.loads(packet)
+            op = request.get("op")
+            if op == "exit":
+                break
+            if op in ("prewarm", "invoke"):
+                self.fork_actor(request, wait_for_go=op == "prewarm")
+            elif op == "go":
+                self.go(request["actor"], float(request["go_at"]))
+            elif op == "kill":
+                self.kill(request["actor"])
+        for pid in list(self.children):
+            os.kill(pid, signal.SIGKILL)
+        while self.children:
+            self.reap()
+            time.sleep(0.001)
+
+
+def cold_start(program_path: str, request: dict[str, Any]) -> dict[str, Any]:
+    """The baseline: imports, prepare and restore in this fresh interpreter."""
+    program = load_program(program_path)
+    program.prepare()
+    if request.get("cores"):
+        os.sched_setaffinity(0, request["cores"])
+    started = time.monotonic()
+    _restore(program, request)
+    ready = time.monotonic()
+    return {"event": "ready", "at": ready, "restore_s": ready - started}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workers.actors.zygote")
+    parser.add_argument("--program", required=True, help="module:attribute of the actor program")
+    parser.add_argument("--fd", type=int, help="SOCK_SEQPACKET socket to the pool manager")
+    parser.add_argument("--cold", help="JSON request: cold-start one actor and print ready")
+    args = parser.parse_args(argv)
+    if args.cold:
+        print(json.dumps(cold_start(args.program, json.loads(args.cold))), flush=True)
+        return 0
+    if args.fd is None:
+        parser.error("--fd is required unless --cold")
+    control = socket.socket(fileno=args.fd)
+    started = time.monotonic()
+    program = load_program(args.program)
+    program.prepare()
+    send(
+        control,
+        {
+            "event": "prepared",
+            "pid": os.getpid(),
+            "prepare_s": time.monotonic() - started,
+            "at": time.monotonic(),
+        },
+    )
+    Zygote(program, control).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

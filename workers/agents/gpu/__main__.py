@@ -1,0 +1,106 @@
+"""``python -m workers.agents.gpu --redis-url URL --pool NAME --node-id ID --service ...``.
+
+Needs Redis only (no Django, no database). Services are given as
+``--service NAME=torch:TASK:CHECKPOINT_DIR`` or
+``--service NAME=sglang:TASK:MODEL_DIR:FOOTPRINT_MB`` (TASK: ``reward`` or ``logprobs``).
+Without CUDA, ``--devices N --device-memory-mb M`` declare N CPU stand-in devices.
+``--make-checkpoint TASK:DIR`` writes a small random-weight HF checkpoint first (demo, bench).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import cast
+
+import uvloop
+
+from workers.agents.common.cli import (
+    add_common_arguments,
+    configure_logging,
+    serve_until_signalled,
+    settings_from,
+    streams_from,
+)
+from workers.agents.gpu.agent import GpuAgent
+from workers.agents.gpu.backend import ServiceBackend
+from workers.agents.gpu.cache import ServiceCache
+from workers.agents.gpu.checkpoints import Task, create_checkpoint
+from workers.agents.gpu.devices import Device, discover_devices
+from workers.agents.gpu.sglang_backend import SglangService
+from workers.agents.gpu.torch_backend import TorchService
+from workers.transport.redis_streams import RedisStreamsTransport
+
+TASKS = ("reward", "logprobs")
+
+
+def parse_service(text: str, devices: list[Device]) -> ServiceBackend:
+    """``NAME=torch:TASK:DIR`` or ``NAME=sglang:TASK:DIR:FOOTPRINT_MB``; errors name the part."""
+    name, _, spec = text.partition("=")
+    parts = spec.split(":")
+    if not name or len(parts) < 3:
+        raise ValueError(f"--service {text!r}: expected NAME=BACKEND:TASK:PATH[:FOOTPRINT_MB]")
+    kind, task, path = parts[0], parts[1], parts[2]
+    if task not in TASKS:
+        raise ValueError(f"--service {text!r}: task must be one of {TASKS}, not {task!r}")
+    if kind == "torch" and len(parts) == 3:
+        return TorchService(name, path, cast(Task, task))
+    if kind == "sglang" and len(parts) == 4:
+        return SglangService(
+            name,
+            path,
+            cast(Task, task),
+            footprint_mb=float(parts[3]),
+            device_memory_mb=min(device.memory_mb for device in devices),
+        )
+    raise ValueError(f"--service {text!r}: backend must be torch (3 parts) or sglang (4 parts)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m workers.agents.gpu", description=__doc__)
+    add_common_arguments(parser)
+    parser.add_argument("--devices", type=int, help="GPUs to use (CPU stand-ins without CUDA)")
+    parser.add_argument("--device-memory-mb", type=int, help="memory per device for the cache")
+    parser.add_argument("--service", action="append", default=[], help="see above; repeatable")
+    parser.add_argument("--make-checkpoint", action="append", default=[], metavar="TASK:DIR")
+    return parser
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    for item in args.make_checkpoint:
+        task, _, path = item.partition(":")
+        create_checkpoint(path, cast(Task, task))
+    devices = discover_devices(args.devices, args.device_memory_mb)
+    services = {}
+    for text in args.service:
+        backend = parse_service(text, devices)
+        services[backend.name] = backend
+    if not services:
+        raise SystemExit("at least one --service is required")
+    transport = RedisStreamsTransport(args.redis_url)
+    agent = GpuAgent(
+        transport=transport,
+        node_id=args.node_id,
+        pool=args.pool,
+        cache=ServiceCache(devices, services),
+        streams=streams_from(args),
+        settings=settings_from(args),
+    )
+    try:
+        await serve_until_signalled(agent)
+    finally:
+        await transport.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no progress bars in an agent's log
+    uvloop.run(main_async(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""Declaring an ARTOS workflow in Python (artos §3.1, §4.2, Table 3): buffers, the triggers bound
+to them and where each trigger's firings go, the actors and the learner.
+
+    flow = Workflow("ppo")
+    flow.buffer("rollout", schema, capacity=4096, eviction="keep_unsampled")
+    flow.trigger("rollout", "learn", DataKeyTrigger(n=4, size=128, keys=schema.keys), learner_q)
+    flow.trigger("rollout", "invoke", ObjectKeyTrigger("model_param"), ACTORS)
+    flow.actors("actor", count=4, program="workers.actors.cartpole:program", buffer="rollout",
+                steps=128, params_key="model_param")
+    flow.learner("learner", trigger="learn")
+    running = flow.start()          # buffers served over ZeroMQ; running.address for clients
+
+A trigger's target is a callable (called directly in the buffer's thread), a queue (local
+queue), a ``tcp://`` / ``ipc://`` address (sent remotely) or ``ACTORS`` (invoke the workflow's
+elastic actors). The declaration is plain data (``to_json``) so the web tier can persist it;
+the experience data stays in the workers (shared memory, ZeroMQ), never in a database.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from workers.algorithms.artos import (
+    TransferTrigger,
+    Trigger,
+)
+from workers.buffers.definitions import ACTORS_TARGET, trigger_params
+from workers.buffers.passers import DirectPasser, MessagePasser, QueuePasser, RemotePasser
+from workers.buffers.schema import Schema, SchemaError
+from workers.buffers.service import BufferServer
+from workers.buffers.store import ExperienceBuffer
+
+
+class WorkflowError(ValueError):
+    """An inconsistent workflow declaration; the message names the part."""
+
+
+@dataclass
+class BufferSpec:
+    name: str
+    schema: Schema
+    capacity: int
+    eviction: str = "fifo"
+    prioritised: bool = False
+    seed: int = 0
+
+
+@dataclass
+class TriggerSpec:
+    buffer: str
+    name: str
+    trigger: Trigger
+    target: Any
+
+
+@dataclass
+class StageSpec:
+    name: str
+    count: int = 1
+    cores_each: int = 1
+    trigger: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+ACTORS = ACTORS_TARGET  # a trigger target: invoke the workflow's elastic actors (Table 3)
+
+
+def passer_for(target: Any) -> MessagePasser:
+    """Direct call, local queue or remote address, by what the target is."""
+    if target == ACTORS:
+        raise WorkflowError("target: '@actors' needs the workflow's actors (declare them)")
+    if isinstance(target, str):
+        if not target.startswith(("tcp://", "ipc://", "inproc://")):
+            raise WorkflowError(f"target: {target!r} is not a tcp://, ipc:// or inproc:// address")
+        return RemotePasser(target)
+    if hasattr(target, "put") and hasattr(target, "get"):
+        return QueuePasser(target)
+    if callable(target):
+        return DirectPasser(target)
+    if hasattr(target, "pass_message"):
+        passer: MessagePasser = target
+        return passer
+    raise WorkflowError(f"target: expected a callable, a queue or an address, got {target!r}")
+
+
+class Workflow:
+    """The declaration; ``start`` builds the buffers, binds the triggers and serves them."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.buffers: dict[str, BufferSpec] = {}
+        self.triggers: dict[tuple[str, str], TriggerSpec] = {}
+        self.actor_stage: StageSpec | None = None
+        self.learner_stage: StageSpec | None = None
+
+    def buffer(
+        self,
+        name: str,
+        schema: Schema,
+        capacity: int,
+        eviction: str = "fifo",
+        prioritised: bool = False,
+        seed: int = 0,
+    ) -> Workflow:
+        if name in self.buffers:
+            raise WorkflowError(f"buffer: {name!r} declared twice")
+        if not isinstance(schema, Schema):
+            raise SchemaError(f"schema: expected a Schema for buffer {name!r}")
+        self.buffers[name] = BufferSpec(name, schema, capacity, eviction, prioritised, seed)
+        return self
+
+    def trigger(self, buffer: str, name: str, trigger: Trigger, target: Any) -> Workflow:
+        if buffer not in self.buffers:
+            raise WorkflowError(f"trigger: {name!r} names an undeclared buffer {buffer!r}")
+        if (buffer, name) in self.triggers:
+            raise WorkflowError(f"trigger: {name!r} declared twice on {buffer!r}")
+        keys = getattr(trigger, "keys", ()) or ()
+        if isinstance(trigger, TransferTrigger):
+            keys = tuple(k for stage in trigger.stages for k in stage)
+        unknown = [k for k in keys if k not in self.buffers[buffer].schema.fields]
+        if unknown:
+            raise WorkflowError(f"trigger: {name!r} uses keys {unknown} not in {buffer!r}")
+        if target != ACTORS:
+            passer_for(target)  # fail at declaration, not at the first firing
+        self.triggers[(buffer, name)] = TriggerSpec(buffer, name, trigger, target)
+        return self
+
+    def actors(
+        self,
+        name: str,
+        count: int,
+        cores_each: int = 1,
+        program: str | None = None,
+        buffer: str | None = None,
+        steps: int = 1,
+        params_key: str | None = None,
+        **params: Any,
+    ) -> Workflow:
+        """Declare the actors: ``name0`` … ``name{count-1}``.
+
+        With ``program`` (``module:attribute``), ``start`` runs them as elastic actors
+        (``workers.actors``): each invocation samples ``steps`` steps into ``buffer``, with the
+        parameters read from its object ``params_key``; a trigger whose target is ``ACTORS``
+        invokes them all.
+        """
+        if count < 1 or cores_each < 1:
+            raise WorkflowError(
+                f"actors: count and cores_each must be >= 1 ({count}, {cores_each})"
+            )
+        if program is not None and buffer not in self.buffers:
+            raise WorkflowError(f"actors: buffer {buffer!r} is not declared")
+        if steps < 1:
+            raise WorkflowError(f"actors: steps must be >= 1, got {steps}")
+        params.update(program=program, buffer=buffer, steps=steps, params_key=params_key)
+        self.actor_stage = StageSpec(name, count, cores_each, params=params)
+        return self
+
+    @property
+    def actor_names(self) -> list[str]:
+        stage = self.actor_stage
+        return [] if stage is None else [f"{stage.name}{i}" for i in range(stage.count)]
+
+    def learner(self, name: str, trigger: str, **params: Any) -> Workflow:
+        if not any(t_name == trigger for _, t_name in self.triggers):
+            raise WorkflowError(f"learner: trigger {trigger!r} is not declared")
+        self.learner_stage = StageSpec(name, trigger=trigger, params=params)
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "buffers": [
+                {
+                    "name": b.name,
+                    "schema": b.schema.to_json(),
+                    "capacity": b.capacity,
+                    "eviction": b.eviction,
+                    "prioritised": b.prioritised,
+                }
+                for b in self.buffers.values()
+            ],
+            "triggers": [
+                {
+                    "buffer": t.buffer,
+                    "name": t.name,
+                    "kind": getattr(t.trigger, "kind", type(t.trigger).__name__),
+                    "params": trigger_params(t.trigger),
+                }
+                for t in self.triggers.values()
+            ],
+            "actors": None if self.actor_stage is None else vars(self.actor_stage),
+            "learner": None if self.learner_stage is None else vars(self.learner_stage),
+        }
+
+    def start(
+        self,
+        address: str = "tcp://127.0.0.1",
+        clock: Callable[[], float] = time.monotonic,
+        checkpoint_dir: str | None = None,
+    ) -> RunningWorkflow:
+        """Build the buffers (``clock`` stamps their events), serve them, start the elastic
+        actors (their checkpoints in ``checkpoint_dir``, a temporary directory by default) and
+        bind the triggers."""
+        if not self.buffers:
+            raise WorkflowError("buffers: a workflow needs at least one buffer")
+        built = {
+            spec.name: ExperienceBuffer(
+                spec.name,
+                spec.schema,
+                spec.capacity,
+                spec.eviction,
+                spec.prioritised,
+                spec.seed,
+                clock=clock,
+            )
+            for spec in self.buffers.values()
+        }
+        server = BufferServer(built.values(), address).start()
+        running = RunningWorkflow(self, built, server)
+        try:
+            running.start_actors(checkpoint_dir)
+            for spec in self.triggers.values():
+                if spec.target == ACTORS:
+                    if running.pool is None:
+                        raise WorkflowError(
+                            f"target: '@actors' of trigger {spec.name!r} needs actors declared "
+                            "with a program"
+                        )
+                    passer: MessagePasser = DirectPasser(running.invoke_actors)
+                else:
+                    passer = passer_for(spec.target)
+                built[spec.buffer].bind(spec.name, spec.trigger, passer)
+        except BaseException:
+            running.stop()
+            raise
+        return running
+
+
+class RunningWorkflow:
+    """Started buffers, their server and the elastic actors; ``stop`` ends them."""
+
+    def __init__(
+        self, workflow: Workflow, buffers: dict[str, ExperienceBuffer], server: BufferServer
+    ) -> None:
+        self.workflow, self.buffers, self.server = workflow, buffers, server
+        self.pool: Any = None
+        self._checkpoints: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    def start_actors(self, checkpoint_dir: str | None) -> None:
+        stage = self.workflow.actor_stage
+        if stage is None or not stage.params.get("program"):
+            return
+        from workers.actors.pool import ActorPool  # the actors depend on the buffers, not back
+
+        if checkpoint_dir is None:
+            self._checkpoints = tempfile.TemporaryDirectory(prefix="loom-artos-")
+            checkpoint_dir = self._checkpoints.name
+        buffer, key = stage.params["buffer"], stage.params.get("params_key")
+        self.pool = ActorPool(
+            stage.params["program"],
+            self.workflow.actor_names,
+            checkpoint_dir,
+            stage.params["steps"],
+            sink={"address": self.address, "buffer": buffer},
+            params=None if key is None else {"address": self.address, "buffer": buffer, "key": key},
+            cores_each=stage.cores_each,
+        )
+        self.pool.start()
+
+    def invoke_actors(self, firing: dict[str, Any] | None = None) -> None:
+        """Invoke every actor (the target ``ACTORS``: Table 3's actor invocation)."""
+        if self.pool is None:
+            raise WorkflowError("actors: this workflow has no elastic actors")
+        for actor in self.workflow.actor_names:
+            self.pool.invoke(actor)
+
+    def tick(self, now: float | None = None) -> None:
+        for buffer in self.buffers.values():
+            buffer.tick(now)
+
+    def stop(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+        self.server.stop()
+        if self._checkpoints is not None:
+            self._checkpoints.cleanup()
+
+    def __enter__(self) -> RunningWorkflow:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,375 @@
+"""The emulated engine's scheduler: continuous batching in real time (DESIGN.md "engine").
+
+One asyncio decode loop serves every running request, as SGLang's scheduler does: each step
+decodes one token for each running request and prefills a chunk of the admitted prompts. How long
+a step takes is not a constant of this module: it is the simulator's engine model
+(:class:`workers.sim.llm.cost.ContextCost` over
+:class:`workers.sim.llm.latency.ContextLatencyModel`, heddle §2.2/§5.2) evaluated for the batch
+and context of *this* step, then slept for in wall-clock time (``time_scale`` stretches or
+shrinks it). So a router in front of several emulated engines meets the interference (α(b), the
+per-token time rising with batch and context) that Heddle's planner models.
+
+Scheduling: pending requests wait in :class:`workers.algorithms.heddle.priority.PriorityQueue`
+(higher ``priority`` first, FIFO among equals — SGLang's ``--enable-priority-scheduling``
+convention); with ``preemptive`` a pending request that strictly outranks the lowest-priority
+running one takes its place when the batch is full (heddle Alg. 1, the same test the simulator
+uses); the victim goes back to pending and re-prefills its context when it resumes. Admission also
+needs KV room (context + ``admission_reserve_tokens``) in the model's KV pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+import time
+from dataclasses import dataclass, field
+
+from workers.algorithms.heddle.priority import PriorityQueue, should_preempt
+from workers.engine.openai_api import GenerationSpec, filler_text
+from workers.sim.llm.cost import ContextCost, EngineCost
+from workers.sim.llm.latency import ContextLatencyModel
+from workers.sim.llm.worker import ADMISSION_RESERVE_TOKENS
+
+FINISH_LENGTH = "length"
+FINISH_STOP = "stop"
+FINISH_ABORT = "abort"
+
+
+class EngineBusy(ValueError):
+    """A request id that is already in flight (SGLang refuses duplicate ``rid`` too)."""
+
+
+class PromptTooLong(ValueError):
+    """A prompt the engine's memory could never hold (it would wait forever); ``field``: the
+    request field to blame when the engine knows it (else the endpoint's prompt field)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(eq=False)
+class EngineRequest:
+    """One generation request inside the engine. ``generated`` only grows; ``finish_reason`` is
+    set once, when it ends (length, stop or abort)."""
+
+    rid: str
+    prompt_tokens: int
+    max_tokens: int
+    priority: int
+    stop_at_length_is_eos: bool
+    arrival: float
+    generated: int = 0
+    prefill_left: int = 0
+    finish_reason: str | None = None
+    first_token_at: float | None = None
+    finished_at: float | None = None
+    preemptions: int = 0
+    _waiter: asyncio.Future[None] | None = field(default=None, repr=False)
+
+    @property
+    def context_tokens(self) -> int:
+        return self.prompt_tokens + self.generated
+
+    def _notify(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def progress(self, seen: int) -> int:
+        """Wait until more than ``seen`` tokens exist or the request ended; return ``generated``."""
+        while self.generated <= seen and self.finish_reason is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        return self.generated
+
+
+@dataclass
+class EngineStats:
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    requests_finished: int = 0
+    requests_aborted: int = 0
+    preemptions: int = 0
+    steps: int = 0
+    busy_seconds: float = 0.0
+    last_step_seconds: float = 0.0
+    decode_token_seconds_sum: float = 0.0  # per-output-token time, summed over tokens
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """``max_batch``: SGLang's ``--max-running-requests``; ``mp``: tensor-parallel degree of the
+    emulated worker; ``time_scale``: wall seconds per model second (tests run faster than real);
+    ``default_length_median``: median of the seeded log-normal output length used when a
+    request gives no ``max_tokens``."""
+
+    max_batch: int = 256
+    mp: int = 1
+    preemptive: bool = True
+    time_scale: float = 1.0
+    seed: int = 0
+    default_length_median: float = 256.0
+    default_length_sigma: float = 1.0
+    default_length_cap: int = 4096
+    admission_reserve_tokens: int = ADMISSION_RESERVE_TOKENS
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        if not self.time_scale > 0:
+            raise ValueError("time_scale must be > 0")
+
+
+class RequestBook:
+    """What every engine keeps of its requests: by id, pending (by priority, higher first) and
+    running, and how they end (counted in ``stats``, their waiters woken)."""
+
+    def __init__(self) -> None:
+        self._requests: dict[str, EngineRequest] = {}
+        self._pending = PriorityQueue(highest_first=True)
+        self._running: dict[str, EngineRequest] = {}
+        self.stats = EngineStats()
+
+    def abort(self, rid: str) -> bool:
+        raise NotImplementedError
+
+    def abort_all(self) -> int:
+        rids = list(self._requests)
+        for rid in rids:
+            self.abort(rid)
+        return len(rids)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_queued(self) -> int:
+        return len(self._pending)
+
+    def _end(self, request: EngineRequest, reason: str) -> None:
+        request.finish_reason = reason
+        request.finished_at = time.monotonic()
+        self._requests.pop(request.rid, None)
+        if reason == FINISH_ABORT:
+            self.stats.requests_aborted += 1
+        else:
+            self.stats.requests_finished += 1
+        request._notify()
+
+
+class EmulatedEngine(RequestBook):
+    """Continuous batching over the simulator's latency model, in real time (module docstring)."""
+
+    def __init__(self, config: EngineConfig | None = None, cost: EngineCost | None = None) -> None:
+        super().__init__()
+        self.config = config or EngineConfig()
+        self.cost: EngineCost = cost or ContextCost(ContextLatencyModel(), self.config.mp)
+        self.kv_capacity = float(self.cost.kv_capacity_tokens)
+        self._rng = random.Random(self.config.seed)
+        self._running_order = PriorityQueue(highest_first=False)  # the preemption victim on top
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._decode_loop())
+
+    async def stop(self) -> None:
+        """Abort everything in flight and stop the loop."""
+        self.abort_all()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    # ------------------------------------------------------------------ requests
+    def draw_length(self) -> int:
+        """An output length for a request without ``max_tokens`` (seeded log-normal)."""
+        cfg = self.config
+        value = self._rng.lognormvariate(
+            math.log(cfg.default_length_median), cfg.default_length_sigma
+        )
+        return max(1, min(cfg.default_length_cap, round(value)))
+
+    def submit(
+        self, rid: str, *, prompt_tokens: int, max_tokens: int | None, priority: int = 0
+    ) -> EngineRequest:
+        if rid in self._requests:
+            raise EngineBusy(f"request id {rid!r} is already running")
+        if prompt_tokens + self.config.admission_reserve_tokens > self.kv_capacity:
+            raise PromptTooLong(
+                f"{prompt_tokens} prompt tokens do not fit the KV pool "
+                f"({int(self.kv_capacity)} tokens)"
+            )
+        length = max_tokens if max_tokens is not None else self.draw_length()
+        request = EngineRequest(
+            rid=rid,
+            prompt_tokens=max(0, prompt_tokens),
+            max_tokens=length,
+            priority=priority,
+            stop_at_length_is_eos=max_tokens is None,
+            arrival=time.monotonic(),
+        )
+        self._requests[rid] = request
+        if length <= 0:
+            self._end(request, FINISH_LENGTH)
+            return request
+        self._pending.push(rid, priority)
+        self.stats.prompt_tokens += request.prompt_tokens
+        self._wake.set()
+        return request
+
+    def submit_spec(self, rid: str, spec: GenerationSpec) -> EngineRequest:
+        """``submit`` for an HTTP request: the emulation needs only the prompt's length."""
+        return self.submit(
+            rid, prompt_tokens=spec.prompt_tokens, max_tokens=spec.max_tokens,
+            priority=spec.priority,
+        )  # fmt: skip
+
+    def text(self, request: EngineRequest, start: int, end: int) -> str:
+        """Tokens ``start..end-1`` of ``request``'s answer: deterministic filler."""
+        return filler_text(start, end)
+
+    def abort(self, rid: str) -> bool:
+        """End a pending or running request now (unknown ids are a no-op, as in SGLang)."""
+        request = self._requests.get(rid)
+        if request is None:
+            return False
+        self._pending.remove(rid)
+        if self._running.pop(rid, None) is not None:
+            self._running_order.remove(rid)
+        self._end(request, FINISH_ABORT)
+        return True
+
+    # ------------------------------------------------------------------ metrics
+    @property
+    def kv_tokens(self) -> int:
+        return sum(r.context_tokens - r.prefill_left for r in self._running.values())
+
+    @property
+    def token_usage(self) -> float:
+        return self.kv_tokens / self.kv_capacity if self.kv_capacity else 0.0
+
+    # ------------------------------------------------------------------ scheduling
+    def _fits(self, request: EngineRequest, kv_used: float) -> bool:
+        reserve = self.config.admission_reserve_tokens * (len(self._running) + 1)
+        return kv_used + request.context_tokens + reserve <= self.kv_capacity
+
+    def _admit_one(self, rid: str, priority: float) -> None:
+        request = self._requests[rid]
+        request.prefill_left = request.context_tokens  # a resumed request recomputes its prefix
+        self._running[rid] = request
+        self._running_order.push(rid, priority)
+
+    def _preempt_lowest(self) -> None:
+        victim_id, priority = self._running_order.pop()
+        victim = self._running.pop(str(victim_id))
+        victim.preemptions += 1
+        self.stats.preemptions += 1
+        self._pending.push(victim.rid, priority)
+
+    def _schedule(self) -> None:
+        """Fill the batch from the pending queue, preempting where heddle Alg. 1 says so."""
+        kv_used = float(self.kv_tokens)
+        while self._pending:
+            rid, priority = self._pending.peek()
+            request = self._requests[str(rid)]
+            if len(self._running) < self.config.max_batch and self._fits(request, kv_used):
+                self._pending.pop()
+                self._admit_one(str(rid), priority)
+                kv_used += request.context_tokens
+                continue
+            if not (self.config.preemptive and self._running):
+                return
+            _, lowest = self._running_order.peek()
+            full = len(self._running) >= self.config.max_batch or not self._fits(request, kv_used)
+            if not should_preempt(
+                top_pending_priority=priority, lowest_running_priority=lowest, batch_full=full
+            ):
+                return
+            victim_id, _ = self._running_order.peek()
+            kv_used -= self._running[str(victim_id)].context_tokens
+            self._preempt_lowest()
+
+    def _step_seconds(self) -> tuple[float, list[tuple[EngineRequest, int]], int]:
+        """Model seconds of the next step, the prefill chunk per request and the decode count."""
+        chunk = self.cost.chunk_tokens or 1 << 30
+        prefills: list[tuple[EngineRequest, int]] = []
+        decode = 0
+        kv = 0.0
+        for request in self._running.values():
+            if request.prefill_left > 0:
+                if chunk > 0:
+                    take = min(chunk, request.prefill_left)
+                    chunk -= take
+                    prefills.append((request, take))
+            else:
+                decode += 1
+                kv += request.context_tokens
+        prefill_tokens = sum(take for _, take in prefills)
+        seconds = self.cost.base_step_seconds(decode, prefill_tokens) + kv * (
+            self.cost.kv_seconds_per_token
+        )
+        if prefill_tokens:
+            seconds += prefill_tokens * self.cost.prefill_seconds_per_token(prefill_tokens, 0.0)
+        return seconds, prefills, decode
+
+    async def _decode_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time()
+        while True:
+            self._schedule()
+            if not self._running:
+                self._wake.clear()
+                await self._wake.wait()
+                deadline = loop.time()
+                continue
+            seconds, prefills, decode = self._step_seconds()
+            wall = seconds * self.config.time_scale
+            # Absolute deadlines: the loop's own work does not add up across steps.
+            deadline = max(deadline + wall, loop.time())
+            delay = deadline - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._advance(prefills, seconds, decode)
+
+    def _advance(
+        self, prefills: list[tuple[EngineRequest, int]], seconds: float, decode: int
+    ) -> None:
+        """Apply one finished step: prefill chunks progress, every decoding request gains a
+        token. Requests aborted during the sleep are no longer in ``_running`` and are skipped."""
+        stats = self.stats
+        stats.steps += 1
+        stats.busy_seconds += seconds
+        stats.last_step_seconds = seconds
+        prefilled = set()
+        for request, take in prefills:
+            if request.rid in self._running:
+                request.prefill_left -= take
+                prefilled.add(request.rid)
+        now = time.monotonic()
+        finished = []
+        for request in self._running.values():
+            if request.prefill_left > 0 or request.rid in prefilled:
+                continue
+            request.generated += 1
+            if request.first_token_at is None:
+                request.first_token_at = now
+            if request.generated >= request.max_tokens:
+                finished.append(request)
+            else:
+                request._notify()
+        if decode:
+            stats.generation_tokens += decode
+            stats.decode_token_seconds_sum += seconds * decode
+        for request in finished:
+            del self._running[request.rid]
+            self._running_order.remove(request.rid)
+            reason = FINISH_STOP if request.stop_at_length_is_eos else FINISH_LENGTH
+            self._end(request, reason)

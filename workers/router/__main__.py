@@ -1,0 +1,126 @@
+"""``python -m workers.router --worker URL [--worker URL ...]``: the LLM router process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+
+import redis.asyncio as aioredis
+
+from workers.engine.asgi import Server, bind
+from workers.router.app import RouterApp
+from workers.router.policies import POLICIES, make_policy
+from workers.router.pool import WorkerPool
+from workers.router.registry import Registry, RegistryNames, StatePublisher
+from workers.router.upstream import Upstream
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m workers.router", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8100, help="0: any free port (printed)")
+    parser.add_argument("--worker", action="append", required=True, help="an LLM worker's URL")
+    parser.add_argument("--policy", choices=sorted(POLICIES), default="heddle")
+    parser.add_argument("--batch-limit", type=int, default=256, help="workers' running cap")
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("REDIS_URL"),
+        help="Redis of the control plane (keys, trajectories, state stream); env REDIS_URL",
+    )
+    parser.add_argument(
+        "--prefix", default=os.environ.get("LOOM_STREAM_PREFIX", "loom"), help="Redis key prefix"
+    )
+    parser.add_argument(
+        "--open",
+        action="store_true",
+        help="no keys and no trajectory registry (local experiments only; refuses --redis-url)",
+    )
+    parser.add_argument("--health-interval", type=float, default=1.0)
+    parser.add_argument(
+        "--trajectory-idle-s",
+        type=float,
+        default=600.0,
+        help="forget a trajectory with no request for this long (never ended by its trainer)",
+    )
+    args = parser.parse_args(argv)
+    if args.open == bool(args.redis_url):
+        parser.error("give --redis-url (or REDIS_URL) for the control plane's keys, or --open")
+    return args
+
+
+async def served_models(urls: list[str]) -> tuple[str, ...]:
+    """The model ids the workers serve (their ``/v1/models``), in first-seen order."""
+    models: list[str] = []
+    for url in urls:
+        upstream = Upstream(url)
+        try:
+            response = await upstream.request("GET", "/v1/models")
+            for entry in json.loads(await response.read()).get("data", []):
+                if entry.get("id") not in models:
+                    models.append(entry["id"])
+        except (OSError, ValueError) as exc:
+            logging.getLogger("loom.router").warning("no model list from %s: %s", url, exc)
+        finally:
+            await upstream.close()
+    return tuple(models)
+
+
+async def main(args: argparse.Namespace) -> None:
+    pool = WorkerPool(args.worker, health_interval_s=args.health_interval)
+    names = RegistryNames(args.prefix)
+    client = None
+    if not args.open:
+        # A bounded pool that waits for a free connection: a burst of first requests (each
+        # trajectory's first lookup) queues briefly instead of failing.
+        pool_of_connections = aioredis.BlockingConnectionPool.from_url(
+            args.redis_url, max_connections=32, timeout=5
+        )
+        client = aioredis.Redis(connection_pool=pool_of_connections)
+    registry = None if client is None else Registry(client, names)
+    publisher = StatePublisher(client, names)
+    models = await served_models(args.worker)
+    if not models:
+        raise SystemExit("no worker answered /v1/models; start the workers first")
+    app = RouterApp(
+        pool,
+        make_policy(args.policy, batch_limit=args.batch_limit),
+        registry=registry,
+        models=models,
+        admin_token=os.environ.get("LOOM_ROUTER_ADMIN_TOKEN"),
+        publish=publisher.publish,
+    )
+    server = Server(app, bind(args.host, args.port))
+    await pool.start()
+    await publisher.start()
+    if registry is not None:
+        await registry.start()
+    print(f"router ({args.policy}) serving {', '.join(models)} on {server.url}", flush=True)
+
+    async def sweep() -> None:
+        while True:
+            await asyncio.sleep(min(args.trajectory_idle_s / 4, 30.0))
+            app.forwarder.expire_idle(args.trajectory_idle_s)
+
+    sweeper = asyncio.get_running_loop().create_task(sweep())
+    try:
+        await server.serve_forever()
+    finally:
+        sweeper.cancel()
+        await pool.close()
+        await publisher.close()
+        if registry is not None:
+            await registry.close()
+        if client is not None:
+            await client.aclose()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    import uvloop
+
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it handled
+        uvloop.run(main(parse_args()))

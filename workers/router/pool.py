@@ -1,0 +1,179 @@
+"""The LLM workers behind the router: health, drain, in-flight requests, abort fan-out.
+
+A worker is healthy while its ``/health`` answers; ``unhealthy_after`` failed checks in a row (or
+a connection refused on the request path) declare it dead: no new request goes to it, and every
+request in flight on it is cut (its upstream connection closed), so the client gets a clear,
+retryable error instead of waiting on a worker that will never answer. A dead worker that answers
+again comes back. A drained worker takes no new requests and finishes what it has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from workers.router.upstream import Upstream, UpstreamLost, UpstreamResponse
+
+log = logging.getLogger("loom.router")
+
+_ABORT_HEADERS = ((b"content-type", b"application/json"),)
+
+
+@dataclass(eq=False)
+class InFlight:
+    """One request forwarded to a worker and not finished."""
+
+    rid: str
+    trajectory_id: str
+    job_id: str
+    worker: LLMWorker
+    response: UpstreamResponse | None = None
+    lost_reason: str | None = None
+
+    def cut(self, reason: str) -> None:
+        """End it from the router's side (worker dead, client gone, aborted)."""
+        if self.lost_reason is None:
+            self.lost_reason = reason
+        if self.response is not None:
+            self.response.abort()
+
+
+@dataclass(eq=False)
+class LLMWorker:
+    name: str
+    url: str
+    upstream: Upstream
+    index: int = 0
+    healthy: bool = True
+    draining: bool = False
+    failures: int = 0
+    in_flight: dict[str, InFlight] = field(default_factory=dict)
+    trajectories: set[str] = field(default_factory=set)
+    requests_total: int = 0
+
+    @property
+    def available(self) -> bool:
+        return self.healthy and not self.draining
+
+    @property
+    def load(self) -> int:
+        return len(self.in_flight)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "url": self.url,
+            "healthy": self.healthy,
+            "draining": self.draining,
+            "in_flight": len(self.in_flight),
+            "trajectories": len(self.trajectories),
+            "requests_total": self.requests_total,
+        }
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        health_interval_s: float = 1.0,
+        health_timeout_s: float = 2.0,
+        unhealthy_after: int = 2,
+    ) -> None:
+        if not urls:
+            raise ValueError("the router needs at least one worker URL")
+        self.workers = [
+            LLMWorker(name=f"w{i}", url=url.rstrip("/"), upstream=Upstream(url), index=i)
+            for i, url in enumerate(urls)
+        ]
+        self.by_name = {w.name: w for w in self.workers}
+        self.health_interval_s = health_interval_s
+        self.health_timeout_s = health_timeout_s
+        self.unhealthy_after = unhealthy_after
+        self.requests: dict[str, InFlight] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[object]] = set()
+
+    def available(self) -> list[LLMWorker]:
+        return [w for w in self.workers if w.available]
+
+    # ------------------------------------------------------------------ in-flight bookkeeping
+    def begin(self, rid: str, trajectory_id: str, job_id: str, worker: LLMWorker) -> InFlight:
+        flight = InFlight(rid, trajectory_id, job_id, worker)
+        self.requests[rid] = flight
+        worker.in_flight[rid] = flight
+        worker.requests_total += 1
+        return flight
+
+    def finish(self, flight: InFlight) -> None:
+        self.requests.pop(flight.rid, None)
+        flight.worker.in_flight.pop(flight.rid, None)
+
+    # ------------------------------------------------------------------ abort
+    def abort(self, flight: InFlight, reason: str, *, cut: bool) -> None:
+        """Abort on the worker (``/abort_request``, fire and forget). The worker then ends the
+        response itself (finish reason ``abort``); ``cut`` also closes the connection now, for a
+        client that is gone and reads nothing."""
+        self.spawn(self._abort_on_worker(flight.worker, flight.rid))
+        if cut:
+            flight.cut(reason)
+
+    async def _abort_on_worker(self, worker: LLMWorker, rid: str) -> None:
+        body = b'{"rid":"' + rid.encode() + b'","abort_all":false}'
+        with contextlib.suppress(UpstreamLost, OSError, TimeoutError):
+            response = await worker.upstream.request("POST", "/abort_request", body, _ABORT_HEADERS)
+            await response.read()
+
+    def spawn(self, coroutine: object) -> None:
+        task = asyncio.ensure_future(coroutine)  # type: ignore[call-overload]
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # ------------------------------------------------------------------ health
+    def mark_dead(self, worker: LLMWorker, reason: str) -> None:
+        if worker.healthy:
+            log.warning("worker %s (%s) declared dead: %s", worker.name, worker.url, reason)
+        worker.healthy = False
+        for flight in list(worker.in_flight.values()):
+            flight.cut(f"worker {worker.name} was lost: {reason}")
+
+    async def check(self, worker: LLMWorker) -> bool:
+        try:
+            response = await asyncio.wait_for(
+                worker.upstream.request("GET", "/health"), self.health_timeout_s
+            )
+            await asyncio.wait_for(response.read(), self.health_timeout_s)
+            ok = response.status == 200
+        except (UpstreamLost, OSError, TimeoutError):
+            ok = False
+        if ok:
+            if not worker.healthy:
+                log.info("worker %s is back", worker.name)
+            worker.failures = 0
+            worker.healthy = True
+        else:
+            worker.failures += 1
+            if worker.failures >= self.unhealthy_after:
+                self.mark_dead(worker, f"{worker.failures} health checks failed")
+        return ok
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.gather(*(self.check(w) for w in self.workers))
+            await asyncio.sleep(self.health_interval_s)
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._health_loop())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for task in list(self._background):
+            task.cancel()
+        for worker in self.workers:
+            await worker.upstream.close()
