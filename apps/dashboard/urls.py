@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from apps.dashboard import apis, views
+from apps.dashboard import apis, apis_planes, views
 
 app_name = "dashboard"
 
@@ -22,6 +22,10 @@ api = [
     path("launch/demo", apis.LaunchDemoApi.as_view(), name="api-launch-demo"),
     path("launch/simulate", apis.SimulateApi.as_view(), name="api-simulate"),
     path("launch/simulations/<int:run_id>", apis.SimulationApi.as_view(), name="api-simulation"),
+    path("gpus", apis_planes.GpuMapApi.as_view(), name="api-gpus"),
+    path("buffers", apis_planes.BuffersApi.as_view(), name="api-buffers"),
+    path("buffers/<int:buffer_id>", apis_planes.BufferApi.as_view(), name="api-buffer"),
+    path("rollouts", apis_planes.RolloutsApi.as_view(), name="api-rollouts"),
 ]
 
 pages = [
@@ -32,6 +36,10 @@ pages = [
     path("actions/<int:action>", views.spa_shell, name="action"),
     path("policies", views.spa_shell, name="policies"),
     path("launch", views.spa_shell, name="launch"),
+    path("gpus", views.spa_shell, name="gpus"),
+    path("buffers", views.spa_shell, name="buffers"),
+    path("buffers/<int:buffer>", views.spa_shell, name="buffer"),
+    path("rollouts", views.spa_shell, name="rollouts"),
 ]
 
 urlpatterns = [

@@ -18,6 +18,12 @@ class TopicKind(StrEnum):
     POOL = "pool"
     NODE = "node"
     JOB = "job"
+    GPUS = "gpus"  # a GPU pool's map: ``gpus:<pool>``
+    BUFFER = "buffer"  # ``buffer:<id>``
+    ROLLOUTS = "rollouts"  # ``rollouts:all`` or one job's, ``rollouts:<job id>``
+
+
+ALL_JOBS = "all"
 
 
 _POOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -50,7 +56,9 @@ class Topic:
 
 
 def topic_parse(raw: object) -> Topic:
-    """Parse ``"pool:<name>" | "node:<id>" | "job:<id>"``; raise InvalidTopic with the reason."""
+    """Parse ``"pool:<name>" | "node:<id>" | "job:<id>"`` and the data-plane pages' topics
+    (``gpus:<pool>``, ``buffer:<id>``, ``rollouts:all|<job id>``); raise InvalidTopic with the
+    reason."""
     if not isinstance(raw, str):
         raise InvalidTopic("group must be a string like 'pool:<name>'")
     kind_text, sep, key = raw.partition(":")
@@ -59,12 +67,13 @@ def topic_parse(raw: object) -> Topic:
     try:
         kind = TopicKind(kind_text)
     except ValueError:
-        raise InvalidTopic(
-            f"unknown group kind {kind_text!r}; expected one of pool, node, job"
-        ) from None
-    if kind is TopicKind.POOL:
+        kinds = ", ".join(k.value for k in TopicKind)
+        raise InvalidTopic(f"unknown group kind {kind_text!r}; expected one of {kinds}") from None
+    if kind in (TopicKind.POOL, TopicKind.GPUS):
         if not _POOL_NAME.match(key):
             raise InvalidTopic(f"pool name {key!r} is not a valid pool name")
+    elif kind is TopicKind.ROLLOUTS and key == ALL_JOBS:
+        pass
     elif not _NUMERIC_ID.match(key):
         raise InvalidTopic(f"{kind.value} id {key!r} must be a positive integer")
     return Topic(kind, key)

@@ -15,7 +15,7 @@ from typing import Any
 from django.utils import timezone
 
 from apps.actions.models import ACTIVE_STATUSES, ALLOCATED_STATUSES, Action
-from apps.dashboard.live.groups import Topic, TopicKind
+from apps.dashboard.live.groups import ALL_JOBS, Topic, TopicKind
 from apps.jobs.models import Job
 from apps.metrics.measures import (
     active_trajectories,
@@ -99,8 +99,27 @@ def job_snapshot(job: Job, now: datetime | None = None) -> dict[str, Any]:
     }
 
 
+def plane_snapshot(topic: Topic) -> dict[str, Any] | None:
+    """The GPU map, buffer and Rollouts pages' topics carry what their REST endpoints answer."""
+    from apps.buffers.models import Buffer
+    from apps.dashboard import selectors_buffers, selectors_gpus, selectors_rollouts
+
+    if topic.kind is TopicKind.GPUS:
+        pools = selectors_gpus.gpu_pools(topic.key)
+        return selectors_gpus.gpu_map(pools) if pools else None
+    if topic.kind is TopicKind.BUFFER:
+        buffer = Buffer.objects.select_related("job").filter(pk=topic.numeric_id).first()
+        return selectors_buffers.buffer_detail(buffer) if buffer else None
+    if topic.key == ALL_JOBS:
+        return selectors_rollouts.rollouts()
+    job = Job.objects.filter(pk=topic.numeric_id).first()
+    return selectors_rollouts.rollouts(job=job) if job else None
+
+
 def snapshot_for(topic: Topic) -> dict[str, Any] | None:
     """The current snapshot of one topic, or None when its object is gone."""
+    if topic.kind in (TopicKind.GPUS, TopicKind.BUFFER, TopicKind.ROLLOUTS):
+        return plane_snapshot(topic)
     if topic.kind is TopicKind.POOL:
         pool = ResourcePool.objects.filter(name=topic.key).first()
         return pool_snapshot(pool) if pool else None

@@ -1,0 +1,409 @@
+"""The GPU map, buffer and Rollouts endpoints: what an operator sees, bad input, roles, queries."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from apps.actions.models import ActionStatus
+
+API = "/dashboard/api"
+
+
+# --- GPU map ---------------------------------------------------------------------------------
+
+
+def gpu_cluster() -> dict[str, Any]:
+    """A 4-GPU node: ``reward`` resident on GPUs 0–1 and running there, ``teacher`` resident on
+    GPU 2, a ``teacher`` request holding GPU 3 where it is not resident; ``judge`` did not load."""
+    from tests.factories import JobFactory, NodeFactory, PoolFactory, ServiceFactory
+
+    pool: Any = PoolFactory(name="gpu", kind="gpu")
+    now = time.time()
+    node: Any = NodeFactory(
+        name="gpu-a",
+        pool=pool,
+        cores=8,
+        gpus=4,
+        gpu_memory_mb=4 * 16_000,
+        last_heartbeat_at=timezone.now(),
+        capacity={
+            "cores": 8,
+            "numa": [list(range(8))],
+            "memory_mb": 8192,
+            "gpus": [{"index": i, "memory_mb": 16_000} for i in range(4)],
+            "nvlink_groups": [[0, 1, 2, 3]],
+            "services": {
+                "reward": {"kind": "torch", "sizes": [1, 2], "device_mb": [500, 500]},
+                "teacher": {"kind": "torch", "sizes": [1], "device_mb": [900]},
+                "judge": {"kind": "torch", "error": "weights missing"},
+            },
+            "cache": [
+                {"service": "reward", "start": 0, "size": 2, "last_used": now - 5},
+                {"service": "teacher", "start": 2, "size": 1, "last_used": now - 30},
+            ],
+        },
+    )
+    services = {
+        name: ServiceFactory(name=name, pool=pool, allowed_dop=[1, 2])
+        for name in ("reward", "teacher", "judge")
+    }
+    return {"pool": pool, "node": node, "services": services, "job": JobFactory(name="rl")}
+
+
+def gpu_action(cluster: dict[str, Any], service: str, status: str, **fields: Any) -> Any:
+    from tests.factories import ActionFactory
+
+    return ActionFactory(
+        job=cluster["job"],
+        pool=cluster["pool"],
+        service=cluster["services"][service],
+        demand={"gpu": {"min": 1, "max": 2}},
+        key_resource="gpu",
+        status=status,
+        **fields,
+    )
+
+
+def allocated(cluster: dict[str, Any], service: str, gpus: list[int]) -> Any:
+    now = timezone.now()
+    return gpu_action(
+        cluster,
+        service,
+        ActionStatus.RUNNING,
+        node=cluster["node"],
+        allocation={"gpus": gpus, "units": len(gpus)},
+        scheduled_at=now - timedelta(seconds=1),
+        started_at=now - timedelta(seconds=1),
+    )
+
+
+def finished(cluster: dict[str, Any], service: str, act_s: float) -> Any:
+    end = timezone.now()
+    return gpu_action(
+        cluster,
+        service,
+        ActionStatus.SUCCEEDED,
+        submitted_at=end - timedelta(seconds=act_s),
+        scheduled_at=end - timedelta(seconds=act_s / 2),
+        started_at=end - timedelta(seconds=act_s / 2),
+        finished_at=end,
+    )
+
+
+def test_gpu_map_shows_chunks_services_queues_and_act(operator_client: Any) -> None:
+    cluster = gpu_cluster()
+    running = allocated(cluster, "reward", [0, 1])
+    cold = allocated(cluster, "teacher", [3])
+    for _ in range(3):
+        gpu_action(cluster, "reward", ActionStatus.QUEUED)
+    finished(cluster, "reward", 2.0)
+    finished(cluster, "reward", 4.0)
+
+    body = operator_client.get(f"{API}/gpus").json()
+    assert body["pools"] == ["gpu"]
+    (node,) = body["nodes"]
+    assert node["name"] == "gpu-a" and node["nvlink_groups"] == [[0, 1, 2, 3]]
+    cells = {cell["index"]: cell for cell in node["cells"]}
+    assert [cells[i]["state"] for i in range(4)] == ["busy", "busy", "warm", "restoring"]
+    assert cells[0]["action"] == running.pk and cells[3]["action"] == cold.pk
+    assert cells[2]["warm"] == ["teacher"]
+    assert [(i["service"], i["start"], i["size"]) for i in node["cache"]] == [
+        ("teacher", 2, 1),  # least recently used first
+        ("reward", 0, 2),
+    ]
+    assert node["hosted"]["judge"] == {"error": "weights missing"}
+    services = {s["name"]: s for s in body["services"]}
+    reward = services["reward"]
+    assert (reward["queued"], reward["running"], reward["act"]["n"]) == (3, 1, 2)
+    assert reward["act"]["mean"] == pytest.approx(3.0, abs=0.01)
+    assert reward["queueing_mean_s"] == pytest.approx(1.5, abs=0.01)
+    assert reward["warm"] == [{"node": "gpu-a", "start": 0, "size": 2}]
+    assert services["judge"]["load_failures"] == {"gpu-a": "weights missing"}
+    assert services["teacher"]["running"] == 1 and services["teacher"]["act"]["n"] == 0
+    assert any("restore" in line for line in body["missing"])  # said, not invented
+
+
+def test_gpu_map_filters_by_pool_and_names_bad_input(operator_client: Any) -> None:
+    from tests.factories import PoolFactory
+
+    gpu_cluster()
+    PoolFactory(name="cpu")
+    assert operator_client.get(f"{API}/gpus", {"pool": "gpu"}).json()["pools"] == ["gpu"]
+    for params, field in (
+        ({"pool": "cpu"}, "pool"),  # exists, but holds no GPUs
+        ({"pool": "nope"}, "pool"),
+        ({"pool": "bad name!"}, "pool"),
+        ({"pol": "gpu"}, "pol"),
+    ):
+        response = operator_client.get(f"{API}/gpus", params)
+        assert response.status_code == 400, params
+        assert [e["field"] for e in response.json()["errors"]] == [field]
+
+
+def test_gpu_map_query_count_does_not_grow_with_actions(operator_client: Any) -> None:
+    cluster = gpu_cluster()
+
+    def count_queries() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert operator_client.get(f"{API}/gpus").status_code == 200
+        return len(queries)
+
+    allocated(cluster, "reward", [0])
+    before = count_queries()
+    for gpu in (1, 2, 3):
+        allocated(cluster, "teacher", [gpu])
+    for _ in range(5):
+        gpu_action(cluster, "reward", ActionStatus.QUEUED)
+        finished(cluster, "teacher", 1.0)
+    assert count_queries() == before
+
+
+def test_gpu_map_without_gpu_nodes_is_empty_not_an_error(operator_client: Any) -> None:
+    from tests.factories import PoolFactory
+
+    PoolFactory(name="gpu", kind="gpu")
+    body = operator_client.get(f"{API}/gpus").json()
+    assert body["nodes"] == [] and body["services"] == []
+
+
+def test_gpu_map_survives_a_malformed_stored_cache(operator_client: Any) -> None:
+    cluster = gpu_cluster()
+    node = cluster["node"]
+    node.capacity = {**node.capacity, "cache": [{"service": "reward"}, "junk", {"start": 1}]}
+    node.save()
+    body = operator_client.get(f"{API}/gpus").json()
+    assert body["nodes"][0]["cache"] == []
+    assert {c["state"] for c in body["nodes"][0]["cells"]} == {"free"}
+
+
+# --- buffers ---------------------------------------------------------------------------------
+
+
+def buffer_with_history(job: Any) -> Any:
+    from apps.buffers.models import BufferSnapshot
+    from tests.factories import BufferFactory, TriggerFactory
+
+    buffer: Any = BufferFactory(
+        job=job, name="rollout", capacity=100, schema={"obs": {"shape": [4], "dtype": "float32"}}
+    )
+    TriggerFactory(buffer=buffer, name="batch", kind="data_key", params={"n": 8, "size": 32})
+    TriggerFactory(buffer=buffer, name="tick", kind="time", params={"period_s": 5})
+    start = timezone.now() - timedelta(minutes=2)
+    for i in range(4):
+        BufferSnapshot.objects.create(
+            buffer=buffer,
+            taken_at=start + timedelta(seconds=30 * i),
+            held=20 * i,
+            complete=20 * i,
+            actors=2,
+            steps_written=25 * i,
+            samples=10 * i,
+            firings={"batch": 3 * i, "tick": i},
+        )
+    return buffer
+
+
+def test_buffer_list_and_page_show_fill_triggers_and_history(
+    operator_client: Any, job: Any
+) -> None:
+    from tests.factories import BufferFactory
+
+    buffer = buffer_with_history(job)
+    empty: Any = BufferFactory(job=job, name="replay", capacity=10)
+    listing = operator_client.get(f"{API}/buffers").json()["buffers"]
+    rows = {row["name"]: row for row in listing}
+    assert rows["rollout"]["latest"]["held"] == 60 and rows["rollout"]["latest"]["fill"] == 0.6
+    assert rows["replay"]["latest"] is None
+    assert rows["rollout"]["job"] == {"id": job.pk, "name": job.name}
+
+    body = operator_client.get(f"{API}/buffers/{buffer.pk}").json()
+    assert body["buffer"]["name"] == "rollout" and body["buffer"]["schema"] == buffer.schema
+    assert [s["held"] for s in body["history"]] == [0, 20, 40, 60]  # oldest first
+    assert {t["name"]: t["firings"] for t in body["triggers"]} == {"batch": 9, "tick": 3}
+    assert body["snapshot_age_s"] == pytest.approx(30, abs=5)
+    assert any("actor states" in line for line in body["missing"])
+    assert [
+        s["held"]
+        for s in operator_client.get(f"{API}/buffers/{buffer.pk}", {"limit": 2}).json()["history"]
+    ] == [40, 60]
+    assert operator_client.get(f"{API}/buffers/{empty.pk}").json()["history"] == []
+
+
+def test_buffer_endpoints_name_bad_input_and_unknown_ids(operator_client: Any, job: Any) -> None:
+    buffer = buffer_with_history(job)
+    assert operator_client.get(f"{API}/buffers/999999").status_code == 404
+    for path, params, field in (
+        ("buffers", {"job": "abc"}, "job"),
+        ("buffers", {"job": "999999"}, "job"),
+        ("buffers", {"job": "0"}, "job"),
+        (f"buffers/{buffer.pk}", {"limit": "0"}, "limit"),
+        (f"buffers/{buffer.pk}", {"limit": "many"}, "limit"),
+        (f"buffers/{buffer.pk}", {"since": "x"}, "since"),
+    ):
+        response = operator_client.get(f"{API}/{path}", params)
+        assert response.status_code == 400, (path, params)
+        assert [e["field"] for e in response.json()["errors"]] == [field]
+    assert len(operator_client.get(f"{API}/buffers", {"job": job.pk}).json()["buffers"]) == 1
+
+
+def test_buffer_list_query_count_does_not_grow_with_buffers(operator_client: Any, job: Any) -> None:
+    from tests.factories import BufferFactory
+
+    buffer_with_history(job)
+
+    def count_queries() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert operator_client.get(f"{API}/buffers").status_code == 200
+        return len(queries)
+
+    before = count_queries()
+    BufferFactory.create_batch(4, job=job)
+    assert count_queries() == before
+
+
+# --- rollouts --------------------------------------------------------------------------------
+
+
+def rollout(job: Any) -> dict[str, Any]:
+    """Two workers, trajectories in each state, one DARTS group with a pruned sample."""
+    from tests.factories import TrajectoryFactory
+
+    def make(**fields: Any) -> Any:
+        return TrajectoryFactory(job=job, training_step=3, **fields)
+
+    return {
+        "long": make(status="generating", llm_worker="w0", tokens=100,
+                     predicted_remaining_tokens=900, group_id="g1", sample_index=0),
+        "short": make(status="tool_call", llm_worker="w0", tokens=50,
+                      predicted_remaining_tokens=100, group_id="g1", sample_index=1),
+        "other": make(status="generating", llm_worker="w1", tokens=10,
+                      predicted_remaining_tokens=400),
+        "waiting": make(status="pending"),
+        "kept": make(status="finished", llm_worker="w1", tokens=300, group_id="g1",
+                     sample_index=2),
+        "pruned": make(status="aborted", llm_worker="w1", tokens=20, group_id="g1",
+                       sample_index=3),
+    }  # fmt: skip
+
+
+def test_rollouts_show_workers_trajectories_and_groups(operator_client: Any, job: Any) -> None:
+    made = rollout(job)
+    body = operator_client.get(f"{API}/rollouts").json()
+    assert [t["id"] for t in body["trajectories"]] == [
+        made[name].pk for name in ("long", "other", "short", "waiting")
+    ]  # the long tail first; ended ones left out
+    workers = {w["name"]: w for w in body["workers"]}
+    assert workers["w0"] == {
+        "name": "w0", "trajectories": 2, "generating": 1, "tool_call": 1, "pending": 0,
+        "tokens": 150, "predicted_remaining_tokens": 1000,
+    }  # fmt: skip
+    assert workers["w1"]["trajectories"] == 1  # its finished and aborted ones no longer load it
+    assert body["unplaced"] == 1
+    assert body["counts"]["aborted"] == 1 and body["counts"]["generating"] == 2
+    (group,) = body["groups"]
+    assert (group["samples"], group["finished"], group["pruned"], group["running"]) == (4, 1, 1, 2)
+    long_row = body["trajectories"][0]
+    assert (long_row["worker"], long_row["predicted_remaining_tokens"]) == ("w0", 900)
+    # No Redis in these settings: the router-only fields are not reported, not made up.
+    assert body["router_fields"] is False and long_row["priority"] is None
+    assert any("KV" in line for line in body["missing"])
+
+    finished_rows = operator_client.get(f"{API}/rollouts", {"status": "finished"}).json()
+    assert [t["id"] for t in finished_rows["trajectories"]] == [made["kept"].pk]
+
+
+def test_rollouts_filter_by_job_and_name_bad_input(operator_client: Any, job: Any) -> None:
+    from tests.factories import JobFactory, TrajectoryFactory
+
+    rollout(job)
+    other: Any = JobFactory(name="other")
+    TrajectoryFactory(job=other, status="generating", llm_worker="w9")
+    body = operator_client.get(f"{API}/rollouts", {"job": other.pk}).json()
+    assert [w["name"] for w in body["workers"]] == ["w9"] and body["job"] == other.pk
+    for params, field in (
+        ({"job": "999999"}, "job"),
+        ({"job": "x"}, "job"),
+        ({"status": "sleeping"}, "status"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "100000"}, "limit"),
+        ({"sort": "x"}, "sort"),
+    ):
+        response = operator_client.get(f"{API}/rollouts", params)
+        assert response.status_code == 400, params
+        assert [e["field"] for e in response.json()["errors"]] == [field]
+
+
+@pytest.mark.redis
+def test_rollouts_read_priority_and_migrations_from_the_router_stream(
+    operator_client: Any, job: Any, router_names: Any, redis_url: str
+) -> None:
+    import redis
+
+    made = rollout(job)
+    client = redis.Redis.from_url(redis_url)
+    for priority, migrations in ((1, 0), (7, 2)):  # the newest entry wins
+        state = {"trajectory": str(made["long"].pk), "job": str(job.pk),
+                 "priority": priority, "migrations": migrations}  # fmt: skip
+        client.xadd(router_names.trajectory_state, {"state": json.dumps(state)})
+    client.xadd(router_names.trajectory_state, {"state": "not json"})
+    body = operator_client.get(f"{API}/rollouts").json()
+    rows = {t["id"]: t for t in body["trajectories"]}
+    assert body["router_fields"] is True
+    assert (rows[made["long"].pk]["priority"], rows[made["long"].pk]["migrations"]) == (7, 2)
+    assert rows[made["other"].pk]["priority"] is None  # nothing published for it
+
+
+def test_new_endpoints_need_the_operator_role(client: Any, roleless_user: Any, job: Any) -> None:
+    paths = ["gpus", "buffers", "rollouts"]
+    for path in paths:
+        assert client.get(f"{API}/{path}").status_code == 403
+    client.force_login(roleless_user)
+    for path in paths:
+        assert client.get(f"{API}/{path}").status_code == 403
+    for page in ("/gpus", "/buffers", "/buffers/1", "/rollouts"):
+        assert client.get(page).status_code == 403  # the shell itself says "no role"
+
+
+# --- live topics -----------------------------------------------------------------------------
+
+
+def test_the_pages_topics_parse_authorize_and_carry_what_rest_answers(
+    operator_user: Any, job: Any
+) -> None:
+    from apps.dashboard.live.access import topic_authorize
+    from apps.dashboard.live.groups import InvalidTopic, TopicKind, topic_parse
+    from apps.dashboard.live.snapshots import snapshot_for
+
+    gpu_cluster()
+    buffer = buffer_with_history(job)
+    rollout(job)
+    gpus, buffer_topic = topic_parse("gpus:gpu"), topic_parse(f"buffer:{buffer.pk}")
+    everything, one_job = topic_parse("rollouts:all"), topic_parse(f"rollouts:{job.pk}")
+    assert (gpus.kind, buffer_topic.kind, everything.kind) == (
+        TopicKind.GPUS, TopicKind.BUFFER, TopicKind.ROLLOUTS,
+    )  # fmt: skip
+    for topic in (gpus, buffer_topic, everything, one_job):
+        assert topic_authorize(operator_user, topic) is None
+    for raw in ("rollouts:some", "buffer:x", "gpus:bad name!"):
+        with pytest.raises(InvalidTopic):
+            topic_parse(raw)
+    for raw in ("gpus:nope", "buffer:999999", "rollouts:999999"):
+        assert topic_authorize(operator_user, topic_parse(raw)) == f"not found: {raw}"
+
+    gpu_payload = snapshot_for(gpus)
+    assert gpu_payload is not None and gpu_payload["nodes"][0]["name"] == "gpu-a"
+    buffer_payload = snapshot_for(buffer_topic)
+    assert buffer_payload is not None and buffer_payload["history"][-1]["held"] == 60
+    job_payload = snapshot_for(one_job)
+    assert job_payload is not None and job_payload["job"] == job.pk
+    assert len(job_payload["trajectories"]) == 4
+    all_payload = snapshot_for(everything)
+    assert all_payload is not None and all_payload["job"] is None
