@@ -6,11 +6,14 @@ import type { Page, PageContext } from "./context";
 import { h, replace } from "./dom";
 import { LiveSocket, socketUrl } from "./live";
 import { actionPage } from "./pages/action";
+import { bufferPage, buffersPage } from "./pages/buffers";
+import { gpusPage } from "./pages/gpus";
 import { jobPage, jobsPage } from "./pages/jobs";
 import { launchPage } from "./pages/launch";
 import { overviewPage } from "./pages/overview";
 import { policiesPage } from "./pages/policies";
 import { poolPage } from "./pages/pool";
+import { rolloutsPage } from "./pages/rollouts";
 import { matchRoute } from "./router";
 import { applyTheme, nextTheme, saveTheme, storedTheme } from "./theme";
 import type { Me } from "./types";
@@ -23,6 +26,10 @@ const PAGES: Record<string, (ctx: PageContext) => Page> = {
   action: actionPage,
   policies: policiesPage,
   launch: launchPage,
+  gpus: gpusPage,
+  buffers: buffersPage,
+  buffer: bufferPage,
+  rollouts: rolloutsPage,
 };
 
 async function boot(): Promise<void> {
@@ -41,6 +48,9 @@ async function boot(): Promise<void> {
     ...[
       ["/", "Overview"],
       ["/jobs", "Jobs"],
+      ["/gpus", "GPUs"],
+      ["/rollouts", "Rollouts"],
+      ["/buffers", "Buffers"],
       ["/policies", "Policies"],
       ["/launch", "Launch"],
     ].map(([href, label]) => h("a", { href, "data-link": "", "data-nav": label.toLowerCase() }, label)),

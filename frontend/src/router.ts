@@ -14,6 +14,10 @@ const ROUTES: Array<[string, RegExp]> = [
   ["action", /^\/actions\/(?<action>\d+)\/?$/],
   ["policies", /^\/policies\/?$/],
   ["launch", /^\/launch\/?$/],
+  ["gpus", /^\/gpus\/?$/],
+  ["buffers", /^\/buffers\/?$/],
+  ["buffer", /^\/buffers\/(?<buffer>\d+)\/?$/],
+  ["rollouts", /^\/rollouts\/?$/],
 ];
 
 export function matchRoute(pathname: string, search = ""): RouteMatch {

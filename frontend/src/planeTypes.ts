@@ -1,0 +1,165 @@
+// Shapes of the GPU map, buffer and Rollouts endpoints (apps/dashboard/selectors_*.py).
+
+import type { ActStats } from "./types";
+
+export interface GpuCell {
+  index: number;
+  state: "busy" | "restoring" | "warm" | "free";
+  warm: string[];
+  action: number | null;
+  service: string | null;
+}
+
+export interface CachedInstance {
+  service: string;
+  start: number;
+  size: number;
+  last_used: number | null;
+  idle_s: number | null;
+}
+
+export interface GpuRunning {
+  action: number;
+  service: string | null;
+  status: string;
+  gpus: number[];
+  held_s: number | null;
+}
+
+export interface GpuNode {
+  id: number;
+  name: string;
+  pool: string;
+  status: string;
+  heartbeat_age_s: number | null;
+  gpus: Array<{ index: number; memory_mb: number; model: string }>;
+  nvlink_groups: number[][];
+  cache: CachedInstance[];
+  running: GpuRunning[];
+  cells: GpuCell[];
+  hosted: Record<string, { sizes?: number[]; kind?: string; error?: string }>;
+}
+
+export interface GpuService {
+  name: string;
+  pool: string | null;
+  backend: string;
+  task: string;
+  allowed_dop: number[];
+  memory_mb: number;
+  queued: number;
+  running: number;
+  act: ActStats;
+  queueing_mean_s: number | null;
+  execution_mean_s: number | null;
+  warm: Array<{ node: string; start: number; size: number }>;
+  load_failures: Record<string, string>;
+}
+
+export interface GpuMap {
+  t: number;
+  pools: string[];
+  nodes: GpuNode[];
+  services: GpuService[];
+  missing: string[];
+}
+
+export interface BufferSnapshotView {
+  t: number;
+  taken_at: string;
+  held: number;
+  fill: number;
+  complete: number;
+  actors: number;
+  steps_written: number;
+  steps_dropped: number;
+  steps_evicted: number;
+  samples: number;
+  firings: Record<string, number>;
+}
+
+export interface BufferSummary {
+  id: number;
+  name: string;
+  job: { id: number; name: string };
+  capacity: number;
+  eviction: string;
+  sampler: string;
+  sync_mode: string;
+  latest: BufferSnapshotView | null;
+}
+
+export interface BuffersResponse {
+  buffers: BufferSummary[];
+}
+
+export interface TriggerView {
+  name: string;
+  kind: string;
+  params: Record<string, unknown>;
+  target: string;
+  enabled: boolean;
+  firings: number | null;
+}
+
+export interface BufferDetail {
+  t: number;
+  buffer: BufferSummary & { schema: Record<string, unknown>; config: Record<string, unknown> };
+  triggers: TriggerView[];
+  history: BufferSnapshotView[];
+  snapshot_age_s: number | null;
+  missing: string[];
+}
+
+export interface LlmWorkerRow {
+  name: string;
+  trajectories: number;
+  generating: number;
+  tool_call: number;
+  pending: number;
+  tokens: number;
+  predicted_remaining_tokens: number;
+}
+
+export interface TrajectoryRow {
+  id: number;
+  job: number;
+  training_step: number;
+  group: string;
+  sample: number;
+  status: string;
+  steps: number;
+  tokens: number;
+  predicted_remaining_tokens: number | null;
+  worker: string | null;
+  priority: number | null;
+  migrations: number | null;
+  queueing_s: number;
+  generation_s: number;
+  tool_s: number;
+  total_s: number;
+}
+
+export interface GroupRow {
+  job: number;
+  training_step: number;
+  group: string;
+  samples: number;
+  finished: number;
+  pruned: number;
+  failed: number;
+  running: number;
+}
+
+export interface RolloutsResponse {
+  t: number;
+  job: number | null;
+  status: string;
+  counts: Record<string, number>;
+  unplaced: number;
+  workers: LlmWorkerRow[];
+  trajectories: TrajectoryRow[];
+  router_fields: boolean;
+  groups: GroupRow[];
+  missing: string[];
+}
