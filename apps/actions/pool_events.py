@@ -17,7 +17,7 @@ from dataclasses import fields
 
 from django.db import transaction
 
-from apps.actions.models import Action
+from apps.actions.models import Action, ActionStatus
 from apps.resources.models import ResourcePool
 from controlplane.redis_client import configured_redis, key_prefix
 from workers.transport import ActionsCancelled, ActionsSubmitted, Message, StreamNames
@@ -119,6 +119,17 @@ def announce_submitted(actions: Iterable[Action]) -> None:
     new = list(actions)
     if new:
         transaction.on_commit(functools.partial(_announce_new, new))
+
+
+def announce_replayed(actions: Iterable[Action]) -> None:
+    """Actions a client submitted again under their idempotency keys: those still queued are
+    announced once more, by id only (the scheduler reads their rows, so an action that has moved
+    on since is not queued again). The first announcement may never have gone out: the web
+    process can die between its commit and its publish, and the client's retry lands here."""
+    queued = {(a.pk, a.pool_id) for a in actions if a.status == ActionStatus.QUEUED}
+    known = sorted((a, p) for a, p in queued if p is not None)
+    if known:
+        transaction.on_commit(functools.partial(_announce, known, ActionsSubmitted))
 
 
 def announce_cancelled(pairs: Iterable[tuple[int, int | None]]) -> None:

@@ -322,6 +322,17 @@ class DjangoActionStore:
             records.extend(self._records(actions, pool))
         return records
 
+    def queued_ids(self, pool: str, submitted_before: float) -> list[int]:
+        return list(
+            Action.objects.filter(
+                pool__name=pool,
+                status=ActionStatus.QUEUED,
+                submitted_at__lt=_moment(submitted_before),
+            )
+            .order_by("submitted_at", "id")
+            .values_list("id", flat=True)
+        )
+
     def load_nodes(self, pool: str) -> list[NodeRegister]:
         """The registrations as ``upsert_node`` kept them; a GPU node's with its GPUs, NVLink
         groups, hosted services and the service cache last stored (arl-tangram §5.3: a rebuilt

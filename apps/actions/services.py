@@ -21,7 +21,7 @@ from django.utils import timezone
 from apps.actions.hot_path import flush_commits, insert_action
 from apps.actions.models import Action, ActionStatus
 from apps.actions.notify import publish_action_ended
-from apps.actions.pool_events import announce_cancelled, announce_submitted
+from apps.actions.pool_events import announce_cancelled, announce_replayed, announce_submitted
 from apps.actions.waiting import SubmitWait
 from apps.core.demand import Demand
 from apps.core.live import Change, changed_on_commit
@@ -109,6 +109,7 @@ def _submit_one(
         existing = _existing_by_key(job=job, keys=[spec.idempotency_key])
         if spec.idempotency_key not in existing:
             raise  # not the key: some other constraint failed
+        announce_replayed([existing[spec.idempotency_key]])
         return Submitted(action=existing[spec.idempotency_key], created=False)
     if before_announce is not None:
         before_announce(action)
@@ -125,15 +126,20 @@ def _submit_batch_once(
     now = timezone.now()
     results: list[Submitted] = []
     new_actions: list[Action] = []
+    replayed: list[Action] = []
+    fresh_keys: set[str] = set()  # keys first used in this batch: their repeats are no replays
     for spec in specs:
         key = spec.idempotency_key
         if key is not None and key in existing:
             results.append(Submitted(action=existing[key], created=False))
+            if key not in fresh_keys:
+                replayed.append(existing[key])
             continue
         action = _build(job=job, spec=spec, now=now)
         new_actions.append(action)
         if key is not None:
             existing[key] = action  # a repeat later in this batch gets the same action
+            fresh_keys.add(key)
         results.append(Submitted(action=action, created=True))
     with transaction.atomic():
         Action.objects.bulk_create(new_actions)
@@ -141,6 +147,7 @@ def _submit_batch_once(
             for action in new_actions:
                 before_announce(action)  # before the commit, hence before the announcement
         announce_submitted(new_actions)
+        announce_replayed(replayed)
     return results
 
 

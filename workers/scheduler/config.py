@@ -15,6 +15,11 @@ class ServiceConfig:
     result_grace_s: float = 30.0
     housekeeping_interval_s: float = 0.5
     policy_refresh_s: float = 1.0
+    # How often housekeeping looks in the store for queued actions whose announcement never came
+    # (the web died between its commit and its publish), and how old such an action must be: an
+    # announcement still on its way is not overtaken.
+    orphan_sweep_s: float = 10.0
+    orphan_min_age_s: float = 5.0
     read_count: int = 1024
     block_ms: int = 100
     # Store calls on the event loop's own thread instead of a thread of their own

@@ -62,6 +62,7 @@ class Counters:
     pass_failures: int = 0
     last_pass_error: dict[str, Any] | None = None
     recoveries: int = 0
+    unannounced_found: int = 0  # queued actions the sweep found that no announcement brought
 
 
 # An action the pass started: its ledger entry, its assignment, the attempt it was handed.

@@ -235,16 +235,7 @@ class SchedulerService:
                 await self._store_calls.run(self.store.upsert_node, message)
                 state.nodes.register(message, now)
         if submitted:
-            # An id announced twice (two messages in one read) is queued once.
-            unknown = [i for i in dict.fromkeys(submitted) if spec_id(i) not in ledger.active]
-            to_load = [i for i in unknown if i not in carried]
-            records = [carried[i] for i in unknown if i in carried]
-            if to_load:
-                records += await self._store_calls.run(
-                    self.store.load_queued, self.config.pool, to_load
-                )
-            for record in sorted(records, key=lambda r: (r.submitted_at, r.action_id)):
-                ledger.submit(record, now)
+            await self._queue_submitted(submitted, carried, now)
         if heartbeats:
             await self._store_calls.run(self.store.record_heartbeats, sorted(set(heartbeats)), now)
         if executing:
@@ -255,17 +246,53 @@ class SchedulerService:
                 self._events, SCHEDULER_GROUP, [d.entry_id for d in deliveries]
             )
 
+    async def _queue_submitted(
+        self, submitted: Sequence[int], carried: dict[int, ActionRecord], now: float
+    ) -> int:
+        """Queue the announced actions this service does not hold yet: from the records their
+        announcement carried, else read from the store (still queued ones only). An id announced
+        twice is queued once; one that has ended since is never dispatched (``only_moved``)."""
+        ledger = self._state().ledger
+        unknown = [i for i in dict.fromkeys(submitted) if spec_id(i) not in ledger.active]
+        to_load = [i for i in unknown if i not in carried]
+        records = [carried[i] for i in unknown if i in carried]
+        if to_load:
+            records += await self._store_calls.run(
+                self.store.load_queued, self.config.pool, to_load
+            )
+        for record in sorted(records, key=lambda r: (r.submitted_at, r.action_id)):
+            ledger.submit(record, now)
+        return len(records)
+
+    async def _sweep_unannounced(self, now: float) -> None:
+        """Queue the store's queued actions whose announcement never came: the web process died
+        between its commit and its publish, and its client did not send the batch again. A
+        restart would load them (``rebuild``); a live service looks for them now and then."""
+        queued = await self._store_calls.run(
+            self.store.queued_ids, self.config.pool, now - self.config.orphan_min_age_s
+        )
+        found = await self._queue_submitted(queued, {}, now)
+        if found:
+            self.counters.unannounced_found += found
+            log.warning("pool %s: %d queued actions were never announced; queued now",
+                        self.config.pool, found)  # fmt: skip
+
     # --- housekeeping: lost nodes, overdue results, policy, snapshots -----------------------
 
     async def _housekeeping_loop(self, stop: asyncio.Event) -> None:
         last_policy = 0.0
+        last_sweep = self.clock()
         while not stop.is_set():
             await asyncio.sleep(self.config.housekeeping_interval_s)
             if self._broken:
                 continue  # the main loop rebuilds first
             refresh = self.clock() - last_policy >= self.config.policy_refresh_s
+            sweep = self.clock() - last_sweep >= self.config.orphan_sweep_s
             try:
                 async with self._lock:
+                    if sweep:
+                        await self._sweep_unannounced(self.clock())
+                        last_sweep = self.clock()
                     await self._housekeeping_pass(refresh)
             except asyncio.CancelledError:
                 raise

@@ -36,6 +36,10 @@ class ActionStore(Protocol):
         """Those of the given actions that belong to the pool and are still queued."""
         ...
 
+    def queued_ids(self, pool: str, submitted_before: float) -> list[int]:
+        """Ids of the pool's queued actions submitted before the epoch ``submitted_before``."""
+        ...
+
     def load_nodes(self, pool: str) -> list[NodeRegister]:
         """The pool's registered, not-offline nodes, as their agents last described them."""
         ...

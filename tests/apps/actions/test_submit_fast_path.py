@@ -274,6 +274,46 @@ def test_the_same_idempotency_key_twice_is_one_action(job_actor: Actor) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["single", "batch"])
+def test_a_replayed_key_announces_its_action_again_while_it_is_queued(
+    job_actor: Actor, path: str
+) -> None:
+    """The web may die between its commit and its announcement; the client's retry then lands
+    on the existing action, which is announced again (by id: the scheduler reads the row)."""
+    pool = PoolFactory.create(name="cpus", kind="cpu")
+    heard: list[tuple[str, Any]] = []
+
+    def route(pool_name: str, message: Any) -> None:
+        heard.append((pool_name, message))
+
+    def send() -> Any:
+        item = {"demand": DEMAND, "command": "a", "idempotency_key": "k-replay"}
+        if path == "single":
+            return submit(job_actor, item)
+        return job_actor.client.post(URL + "batch/", {"items": [item, item]}, format="json")
+
+    pool_events.in_process_route_set(route)
+    try:
+        assert send().status_code in (200, 201)
+        action = Action.objects.get(job=job_actor.job)
+        first = [m for _, m in heard]
+        assert len(first) == 1 and first[0].action_ids == (action.pk,)
+        heard.clear()
+        assert send().status_code in (200, 201)
+        assert [(name, m.action_ids, m.records) for name, m in heard] == [
+            (pool.name, (action.pk,), ())
+        ]
+        heard.clear()
+        Action.objects.filter(pk=action.pk).update(
+            status=ActionStatus.CANCELLED, finished_at=timezone.now(), error_reason="cancelled"
+        )
+        assert send().status_code in (200, 201)
+        assert heard == []  # no longer queued: nothing to announce
+    finally:
+        pool_events.in_process_route_clear(route)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_two_submitters_racing_one_idempotency_key(job_actor: Actor, postgres_only: None) -> None:
     barrier = threading.Barrier(2)
     results: list[tuple[int, dict[str, Any]]] = []

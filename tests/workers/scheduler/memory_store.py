@@ -52,6 +52,13 @@ class MemoryStore:
     def load_queued(self, pool: str, action_ids: Sequence[int]) -> list[ActionRecord]:
         return [self.records[i] for i in action_ids if self.records[i].status == "queued"]
 
+    def queued_ids(self, pool: str, submitted_before: float) -> list[int]:
+        return sorted(
+            r.action_id
+            for r in self.records.values()
+            if r.status == "queued" and r.submitted_at < submitted_before
+        )
+
     def load_nodes(self, pool: str) -> list[NodeRegister]:
         return list(self.nodes.values())
 

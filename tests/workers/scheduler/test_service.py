@@ -218,3 +218,19 @@ async def test_a_draining_node_finishes_its_work_but_takes_nothing_new(harness: 
     assert harness.service.scheduler.head_wait_reason() is not None
     harness.store.draining = set()  # resume
     await harness.wait_status(6, {"succeeded"})
+
+
+async def test_a_queued_action_never_announced_is_found_and_run(harness: Harness) -> None:
+    """The web committed it and died before announcing it, and no client sent it again: the
+    service's sweep of the store finds it; an announced one is not queued twice."""
+    assert harness.service is not None
+    harness.service.config.orphan_sweep_s = 0.2
+    harness.service.config.orphan_min_age_s = 0.0
+    harness.store.records[5] = _record(5, "echo found")  # in the store, no announcement
+    harness.store.records[6] = _record(6, "echo announced")
+    await harness.submit(6)
+    await harness.wait_status(5, {"succeeded"})
+    await harness.wait_status(6, {"succeeded"})
+    assert harness.store.finished[5].output.strip() == "found"
+    assert harness.service.counters.unannounced_found >= 1
+    assert harness.store.finished[5].attempt == 1 and harness.store.finished[6].attempt == 1
