@@ -9,7 +9,8 @@ length predictor keys its history on.
 
 Loom: ``GET /v1/loom/trajectories/{id}``, ``POST /v1/loom/trajectories/{id}/abort`` (every
 request of the trajectory, on its worker), ``POST /v1/loom/trajectories/{id}/end``,
-``POST /v1/loom/requests/{rid}/abort``, ``GET /v1/loom/workers``, and with the admin token
+``POST /v1/loom/requests/{rid}/abort``, ``POST /v1/loom/groups`` (DARTS group rollouts,
+:mod:`.groups`), ``GET /v1/loom/workers``, and with the admin token
 ``POST /v1/loom/workers/{name}/drain`` / ``.../undrain``; ``GET /health``.
 
 Errors carry both shapes in one body: the REST API's ``{"errors": [{"field", "reason"}]}`` and
@@ -39,6 +40,7 @@ from workers.engine.asgi import (
 )
 from workers.engine.openai_api import BadRequest, parse_chat, parse_completion
 from workers.router.forward import Forwarder, RouterError
+from workers.router.groups import GroupService
 from workers.router.policies import RoutingPolicy
 from workers.router.pool import WorkerPool
 from workers.router.registry import ControlPlaneRegistry
@@ -88,6 +90,7 @@ class RouterApp:
         self.admin_token = admin_token
         self.created = int(time.time())
         self.forwarder = Forwarder(pool, policy, self.table, publish=publish)
+        self.groups = GroupService(self.forwarder, pool, models)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -220,6 +223,11 @@ class RouterApp:
             await self._workers(scope, method, parts, send)
             return
         job = await self._authenticate(scope)
+        if parts == ["groups"] and method == "POST":  # DARTS group rollouts (groups.py)
+            body = await self._json(receive)
+            if body is not None:
+                await self.groups.serve(job, body, receive, send)
+            return
         if parts[0] == "trajectories" and len(parts) in (2, 3):
             trajectory_id = parts[1]
             await self._trajectory_job(trajectory_id, job, "trajectory_id")

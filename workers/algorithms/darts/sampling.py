@@ -8,7 +8,10 @@ Two entry points share one selection rule:
 - :class:`GroupRollout` is the streaming form a rollout driver feeds finished samples to. For a
   pruned prompt it says "complete, abort these" as soon as ``M`` valid samples have finished
   (proactive early stop); for a dual-end prompt it waits for the whole pool, because the longest
-  valid sample is only known at the end.
+  valid sample is only known at the end. :meth:`GroupRollout.surely_kept` names the finished
+  samples whose place in the group is already certain, so a driver can stream them to the trainer
+  before the group ends (§4.3.2); :meth:`GroupRollout.sample_lost` takes a candidate that can never
+  finish (its worker died) out of the pool, as an abort would.
 
 "Valid" means complete: a sample stopped at the length limit (``truncated``) is never chosen as a
 "longest" one (§4.1.2) and does not count towards early stop; it is kept only when a group lacks
@@ -18,6 +21,7 @@ enough valid samples to reach ``M``.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,6 +131,7 @@ class GroupRollout:
     _lengths: dict[int, float] = field(default_factory=dict, init=False, repr=False)
     _truncated: dict[int, bool] = field(default_factory=dict, init=False, repr=False)
     _aborted: tuple[int, ...] = field(default=(), init=False, repr=False)
+    _lost: set[int] = field(default_factory=set, init=False, repr=False)
     _complete: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -155,7 +160,13 @@ class GroupRollout:
         """Samples neither finished nor aborted."""
         if self._complete:
             return ()
-        return tuple(s for s in range(self.allocated) if s not in self._lengths)
+        return tuple(
+            s for s in range(self.allocated) if s not in self._lengths and s not in self._lost
+        )
+
+    @property
+    def lost(self) -> tuple[int, ...]:
+        return tuple(sorted(self._lost))
 
     def sample_finished(self, sample: int, length: float, truncated: bool) -> GroupDecision:
         """Record a finished sample; say whether the group is complete and what to abort.
@@ -167,19 +178,69 @@ class GroupRollout:
             raise ValueError(f"sample {sample} outside 0..{self.allocated - 1}")
         if self._complete:
             return GroupDecision(complete=True)
-        if sample in self._lengths:
+        if sample in self._lengths or sample in self._lost:
             raise ValueError(f"sample {sample} reported twice")
         self._lengths[sample] = float(length)
         self._truncated[sample] = bool(truncated)
-        all_finished = len(self._lengths) == self.allocated
+        return self._decide()
+
+    def sample_lost(self, sample: int) -> GroupDecision:
+        """A candidate that will never finish (its worker was lost): absent from the pool, as an
+        aborted one is. The group then completes on the candidates left; a driver that needs
+        ``M`` samples re-runs a lost one instead of reporting it (a fresh draw of the same slot).
+        """
+        if not 0 <= sample < self.allocated:
+            raise ValueError(f"sample {sample} outside 0..{self.allocated - 1}")
+        if self._complete:
+            return GroupDecision(complete=True)
+        if sample in self._lengths or sample in self._lost:
+            raise ValueError(f"sample {sample} reported twice")
+        self._lost.add(sample)
+        return self._decide()
+
+    def _decide(self) -> GroupDecision:
+        all_finished = len(self._lengths) + len(self._lost) == self.allocated
         early_stop = (
             self.mode is SamplingMode.SHORTEST_ONLY and self.valid_finished >= self.group_size
         )
         if not (all_finished or early_stop):
             return GroupDecision(complete=False)
         self._complete = True
-        self._aborted = tuple(s for s in range(self.allocated) if s not in self._lengths)
+        self._aborted = tuple(
+            s for s in range(self.allocated) if s not in self._lengths and s not in self._lost
+        )
         return GroupDecision(complete=True, abort=self._aborted)
+
+    def surely_kept(self, running_floors: Mapping[int, int]) -> tuple[int, ...]:
+        """Finished samples certain to be in the training group whatever the rest do (§4.3.2:
+        hand each kept sample to the trainer as soon as that is known, not at the group's end).
+
+        ``running_floors``: tokens each running sample has produced so far, a lower bound on its
+        final length (absent: 0). A running sample may still finish at its floor, and may be
+        aborted or lost (which only removes candidates), so a finished valid sample is settled
+        in the ``K`` shortest when fewer than ``K`` samples can still rank before it by
+        :func:`select_training_groups`' order (valid before truncated, length, then slot).
+        Under tail pruning every valid finished sample is kept (early stop keeps exactly the
+        first ``M`` valid ones); when no more than ``M`` candidates remain, every one is kept.
+        Truncated samples and the ``L`` longest are only known when the group completes.
+        """
+        if self._complete:
+            return self.kept()
+        if self.allocated - len(self._lost) <= self.group_size:
+            return tuple(sorted(self._lengths))
+        valid = sorted((length, s) for s, length in self._lengths.items() if not self._truncated[s])
+        if self.mode is SamplingMode.SHORTEST_ONLY:
+            return tuple(sorted(s for _, s in valid))
+        quota = self.group_size - self.longest
+        floors = sorted((float(running_floors.get(r, 0)), r) for r in self.running())
+        settled = []
+        for rank, key in enumerate(valid):  # ``rank`` finished valid samples precede ``key``
+            if rank >= quota:
+                break
+            could_precede = rank + sum(1 for floor in floors if floor < key)
+            if could_precede < quota:
+                settled.append(key[1])
+        return tuple(sorted(settled))
 
     def kept(self) -> tuple[int, ...]:
         """The training group's sample numbers (Alg. 2's ``Y_i``), via the batch selection rule."""
