@@ -152,12 +152,13 @@ class DemoWorkload:
             {"resource": "cpu", "efficiency": SUITE_EFFICIENCY},
             0.4 * tests,
         )
+        score = await asyncio.to_thread(self._score_suite, suite)
         if self.gpu_pool is not None:  # the GPU services score the rollout (arl-tangram §5.3)
             for service in ("reward-model", "teacher"):
                 await self._serve(trajectory, service, tests)
         if self._http is not None:  # the router forgets it; its rows keep the final state
             await self._http.post(f"/v1/loom/trajectories/{trajectory.pk}/end")
-        await asyncio.to_thread(self._record_reward, trajectory, suite, len(steps) + 1)
+        await asyncio.to_thread(self._record_reward, trajectory, score, len(steps) + 1)
         self.finished_trajectories += 1
 
     async def _think(self, trajectory: Trajectory, turn: int, command: str) -> None:
@@ -181,19 +182,24 @@ class DemoWorkload:
         answer.raise_for_status()
 
     @staticmethod
-    def _record_reward(trajectory: Trajectory, suite: Action, steps: int) -> None:
-        """The suite's pass rate is the reward (0 when it did not run): on the trajectory, and as
-        the reward action's score."""
+    def _score_suite(suite: Action) -> float:
+        """The suite's pass rate (0 when it did not run) is the reward action's score, recorded as
+        soon as the suite ends."""
         score = parse_suite(suite.output).score if suite.status == "succeeded" else 0.0
         Action.objects.filter(pk=suite.pk).update(score=score)
+        if suite.status != "succeeded":
+            log.warning("demo reward action %s ended %s: %s", suite.pk, suite.status, suite.output)
+        return score
+
+    @staticmethod
+    def _record_reward(trajectory: Trajectory, score: float, steps: int) -> None:
+        """The suite's score is the trajectory's reward, once its GPU services have run."""
         Trajectory.objects.filter(pk=trajectory.pk).update(
             status=TrajectoryStatus.FINISHED,
             steps=steps,
             reward=score,
             finished_at=timezone.now(),
         )
-        if suite.status != "succeeded":
-            log.warning("demo reward action %s ended %s: %s", suite.pk, suite.status, suite.output)
 
     async def _serve(self, trajectory: Trajectory, service_name: str, tests: int) -> Action:
         """A GPU service action on the trajectory's token ids (a stand-in for its transcript)."""

