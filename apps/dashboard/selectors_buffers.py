@@ -23,8 +23,8 @@ LIST_LIMIT = 500
 
 MISSING = [
     "actor states (running, checkpointed, pre-warmed) and their start-up latencies: the actor "
-    "pool keeps them in its own process and does not store them; 'actors' below counts the "
-    "actors that have written to the buffer",
+    "pool keeps them in its own process and does not store them ('actors written' counts the "
+    "actors that have written to the buffer)",
 ]
 
 

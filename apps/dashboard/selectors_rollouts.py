@@ -38,8 +38,8 @@ STATUS_FILTERS = frozenset({ACTIVE, *TrajectoryStatus.values})
 
 MISSING = [
     "KV-cache use and each LLM worker's own request queue: the router does not report worker "
-    "metrics to the control plane (worker load below is counted from the trajectories placed on "
-    "each worker)",
+    "metrics to the control plane (the workers' load shown is counted from the trajectories "
+    "placed on each)",
 ]
 
 

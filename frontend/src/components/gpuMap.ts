@@ -1,7 +1,7 @@
 // The GPU map (arl-tangram §5.3): per node a row of GPUs, coloured by state, with the services
 // resident on each buddy chunk drawn as bars under the GPUs they span; per service its queue and ACT.
 
-import { h, replace } from "../dom";
+import { h } from "../dom";
 import { fmtCount, fmtSeconds } from "../format";
 import type { CachedInstance, GpuCell, GpuNode, GpuService } from "../planeTypes";
 import { DataTable } from "./table";
@@ -10,9 +10,9 @@ export const CELL_STATES: GpuCell["state"][] = ["busy", "restoring", "warm", "fr
 
 /** A stable colour per service name, so a service keeps its colour on every node. */
 export function serviceColour(name: string): string {
-  let hash = 0;
-  for (const char of name) hash = (hash * 31 + char.charCodeAt(0)) >>> 0;
-  return `hsl(${hash % 360} 55% 52%)`;
+  let hash = 2166136261; // FNV-1a, then the golden angle spreads neighbouring hashes apart
+  for (const char of name) hash = Math.imul(hash ^ char.charCodeAt(0), 16777619) >>> 0;
+  return `hsl(${((hash % 1000) * 137.508) % 360 | 0} 55% 50%)`;
 }
 
 /** Lay resident instances out in lanes so two that overlap (different chunk sizes sharing a GPU's
@@ -143,11 +143,10 @@ export function serviceTable(): DataTable<GpuService> {
 
 /** What the page cannot show because nothing stores it (said, not guessed). */
 export function missingNotice(missing: string[]): HTMLElement {
-  const box = h("details", { class: "missing", "data-missing": "" });
-  replace(
-    box,
-    h("summary", {}, `Not recorded (${missing.length})`),
+  return h(
+    "aside",
+    { class: "missing", "data-missing": "" },
+    h("strong", {}, `Not recorded (${missing.length}): `),
     h("ul", {}, ...missing.map((line) => h("li", {}, line))),
   );
-  return box;
 }

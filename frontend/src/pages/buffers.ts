@@ -15,7 +15,7 @@ export function buffersPage(ctx: PageContext): Page {
   const job = ctx.route.query.get("job");
   const table = bufferListTable();
   const notice = h("p", { class: "notice", role: "status" }, "Loading buffers…");
-  const element = h("div", { class: "page" }, h("h1", {}, job ? `Buffers of job ${job}` : "Buffers"), notice, table.element);
+  const element = h("div", { class: "page plane-page" }, h("h1", {}, job ? `Buffers of job ${job}` : "Buffers"), notice, table.element);
   async function load(): Promise<void> {
     const data = await apiGet<BuffersResponse>("/buffers", job ? { job } : undefined);
     table.render(data.buffers);
@@ -54,7 +54,7 @@ export function bufferPage(ctx: PageContext): Page {
   });
   const element = h(
     "div",
-    { class: "page" },
+    { class: "page plane-page" },
     title,
     subtitle,
     statsBox,

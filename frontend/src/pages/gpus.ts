@@ -28,7 +28,7 @@ export function gpusPage(ctx: PageContext): Page {
   const scope = h("p", { class: "muted" });
   const element = h(
     "div",
-    { class: "page" },
+    { class: "page plane-page" },
     h("h1", {}, "GPU map"),
     scope,
     h(

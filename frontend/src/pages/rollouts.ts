@@ -34,7 +34,7 @@ export function rolloutsPage(ctx: PageContext): Page {
   );
   const element = h(
     "div",
-    { class: "page" },
+    { class: "page plane-page" },
     h("h1", {}, "Rollouts"),
     counts,
     h("h2", {}, "LLM workers"),

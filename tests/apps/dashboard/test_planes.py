@@ -3,99 +3,26 @@
 from __future__ import annotations
 
 import json
-import time
-from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
 from apps.actions.models import ActionStatus
+from tests.apps.dashboard.plane_data import (
+    allocated,
+    buffer_with_history,
+    finished,
+    gpu_action,
+    gpu_cluster,
+    rollout,
+)
 
 API = "/dashboard/api"
 
 
 # --- GPU map ---------------------------------------------------------------------------------
-
-
-def gpu_cluster() -> dict[str, Any]:
-    """A 4-GPU node: ``reward`` resident on GPUs 0–1 and running there, ``teacher`` resident on
-    GPU 2, a ``teacher`` request holding GPU 3 where it is not resident; ``judge`` did not load."""
-    from tests.factories import JobFactory, NodeFactory, PoolFactory, ServiceFactory
-
-    pool: Any = PoolFactory(name="gpu", kind="gpu")
-    now = time.time()
-    node: Any = NodeFactory(
-        name="gpu-a",
-        pool=pool,
-        cores=8,
-        gpus=4,
-        gpu_memory_mb=4 * 16_000,
-        last_heartbeat_at=timezone.now(),
-        capacity={
-            "cores": 8,
-            "numa": [list(range(8))],
-            "memory_mb": 8192,
-            "gpus": [{"index": i, "memory_mb": 16_000} for i in range(4)],
-            "nvlink_groups": [[0, 1, 2, 3]],
-            "services": {
-                "reward": {"kind": "torch", "sizes": [1, 2], "device_mb": [500, 500]},
-                "teacher": {"kind": "torch", "sizes": [1], "device_mb": [900]},
-                "judge": {"kind": "torch", "error": "weights missing"},
-            },
-            "cache": [
-                {"service": "reward", "start": 0, "size": 2, "last_used": now - 5},
-                {"service": "teacher", "start": 2, "size": 1, "last_used": now - 30},
-            ],
-        },
-    )
-    services = {
-        name: ServiceFactory(name=name, pool=pool, allowed_dop=[1, 2])
-        for name in ("reward", "teacher", "judge")
-    }
-    return {"pool": pool, "node": node, "services": services, "job": JobFactory(name="rl")}
-
-
-def gpu_action(cluster: dict[str, Any], service: str, status: str, **fields: Any) -> Any:
-    from tests.factories import ActionFactory
-
-    return ActionFactory(
-        job=cluster["job"],
-        pool=cluster["pool"],
-        service=cluster["services"][service],
-        demand={"gpu": {"min": 1, "max": 2}},
-        key_resource="gpu",
-        status=status,
-        **fields,
-    )
-
-
-def allocated(cluster: dict[str, Any], service: str, gpus: list[int]) -> Any:
-    now = timezone.now()
-    return gpu_action(
-        cluster,
-        service,
-        ActionStatus.RUNNING,
-        node=cluster["node"],
-        allocation={"gpus": gpus, "units": len(gpus)},
-        scheduled_at=now - timedelta(seconds=1),
-        started_at=now - timedelta(seconds=1),
-    )
-
-
-def finished(cluster: dict[str, Any], service: str, act_s: float) -> Any:
-    end = timezone.now()
-    return gpu_action(
-        cluster,
-        service,
-        ActionStatus.SUCCEEDED,
-        submitted_at=end - timedelta(seconds=act_s),
-        scheduled_at=end - timedelta(seconds=act_s / 2),
-        started_at=end - timedelta(seconds=act_s / 2),
-        finished_at=end,
-    )
 
 
 def test_gpu_map_shows_chunks_services_queues_and_act(operator_client: Any) -> None:
@@ -187,30 +114,6 @@ def test_gpu_map_survives_a_malformed_stored_cache(operator_client: Any) -> None
 # --- buffers ---------------------------------------------------------------------------------
 
 
-def buffer_with_history(job: Any) -> Any:
-    from apps.buffers.models import BufferSnapshot
-    from tests.factories import BufferFactory, TriggerFactory
-
-    buffer: Any = BufferFactory(
-        job=job, name="rollout", capacity=100, schema={"obs": {"shape": [4], "dtype": "float32"}}
-    )
-    TriggerFactory(buffer=buffer, name="batch", kind="data_key", params={"n": 8, "size": 32})
-    TriggerFactory(buffer=buffer, name="tick", kind="time", params={"period_s": 5})
-    start = timezone.now() - timedelta(minutes=2)
-    for i in range(4):
-        BufferSnapshot.objects.create(
-            buffer=buffer,
-            taken_at=start + timedelta(seconds=30 * i),
-            held=20 * i,
-            complete=20 * i,
-            actors=2,
-            steps_written=25 * i,
-            samples=10 * i,
-            firings={"batch": 3 * i, "tick": i},
-        )
-    return buffer
-
-
 def test_buffer_list_and_page_show_fill_triggers_and_history(
     operator_client: Any, job: Any
 ) -> None:
@@ -270,28 +173,6 @@ def test_buffer_list_query_count_does_not_grow_with_buffers(operator_client: Any
 
 
 # --- rollouts --------------------------------------------------------------------------------
-
-
-def rollout(job: Any) -> dict[str, Any]:
-    """Two workers, trajectories in each state, one DARTS group with a pruned sample."""
-    from tests.factories import TrajectoryFactory
-
-    def make(**fields: Any) -> Any:
-        return TrajectoryFactory(job=job, training_step=3, **fields)
-
-    return {
-        "long": make(status="generating", llm_worker="w0", tokens=100,
-                     predicted_remaining_tokens=900, group_id="g1", sample_index=0),
-        "short": make(status="tool_call", llm_worker="w0", tokens=50,
-                      predicted_remaining_tokens=100, group_id="g1", sample_index=1),
-        "other": make(status="generating", llm_worker="w1", tokens=10,
-                      predicted_remaining_tokens=400),
-        "waiting": make(status="pending"),
-        "kept": make(status="finished", llm_worker="w1", tokens=300, group_id="g1",
-                     sample_index=2),
-        "pruned": make(status="aborted", llm_worker="w1", tokens=20, group_id="g1",
-                       sample_index=3),
-    }  # fmt: skip
 
 
 def test_rollouts_show_workers_trajectories_and_groups(operator_client: Any, job: Any) -> None:
