@@ -11,6 +11,7 @@ from loom.errors import (
     ResultTimeout,
     TransientError,
 )
+from loom.groups import AsyncGroupRollout, GroupRollout, GroupSample
 from loom.protocol import RetryPolicy
 from loom.trajectories import Trajectory, Turn
 from loom.types import Action, Timings
@@ -19,9 +20,12 @@ __all__ = [
     "Action",
     "ApiError",
     "AsyncClient",
+    "AsyncGroupRollout",
     "AuthenticationError",
     "Buffer",
     "Client",
+    "GroupRollout",
+    "GroupSample",
     "LoomError",
     "NotFoundError",
     "ResultTimeout",

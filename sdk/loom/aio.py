@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from loom import buffers, protocol, trajectories
+from loom import buffers, groups, protocol, trajectories
 from loom.coalesce import ResultCoalescer, SubmitCoalescer
 from loom.errors import LoomError, ResultTimeout, TransientError
 from loom.types import Action
@@ -219,6 +219,26 @@ class AsyncClient:
                     return
                 if delta:
                     yield delta
+
+    def group_rollout(
+        self,
+        prompts: Sequence[groups.Prompt],
+        *,
+        model: str,
+        group_size: int,
+        budget: str | Mapping[str, Any] = "adaptive",
+        **sampling: Any,
+    ) -> groups.AsyncGroupRollout:
+        """A DARTS group rollout through the router (darts §4): ``group_size`` (M) kept samples
+        per prompt from a redundant candidate pool sized by ``budget`` (``adaptive``, ``standard``,
+        or ``{"policy": "fixed", "total": ...}``); ``sampling``: max_tokens, temperature, seed,
+        ... Iterate the result for the kept samples as they stream, then read its
+        ``statistics`` (see ``loom.groups``)."""
+        body = groups.group_body(
+            prompts, model=model, group_size=group_size, budget=budget, sampling=sampling,
+            stream=True,
+        )  # fmt: skip
+        return groups.AsyncGroupRollout(self._llm_client(), body, self._api_key)
 
     def _llm_client(self) -> httpx.AsyncClient:
         if self._llm is None:
