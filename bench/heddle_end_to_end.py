@@ -10,6 +10,15 @@ engine through its profiler: one PTL curve per MP degree (``heddle``) and, repor
 MP-1 curve with an Amdahl κ (``heddle_amdahl_planner``). Baselines: verl (static affinity),
 verl* (sgl-router, relative load threshold 32, §7), slime (sgl-router as slime starts it:
 absolute threshold 0, relative 1.5, cache threshold 0.3); all round-robin scheduling.
+
+Heddle's planners (DP, annealer) charge each member's own growing context under the context
+engine (``heddle``); the earlier planner, whose interference curve was profiled at the mean
+context, is reported beside it (``heddle_mean_context_planner``), and so is Heddle with perfect
+length predictions (``heddle_oracle``, not in the target), which separates the predictor's error
+from the algorithms. Every system's ``breakdown`` splits its critical trajectory (the last to
+finish) into heddle formula 1's parts; ``why`` compares Heddle's with the best baseline's, and
+``engine_mp_profile`` shows the engine's per-token time and per-GPU throughput by MP degree (the
+latency/throughput trade-off §6 exploits, Fig. 7).
 """
 
 from __future__ import annotations
@@ -21,20 +30,22 @@ import matplotlib.pyplot as plt
 
 from bench.report import BenchReport, Target, plot_path
 from workers.algorithms.heddle.latency_model import MP_DEGREES
-from workers.sim.llm.baselines import BASELINES, heddle
+from workers.sim.llm.baselines import BASELINES, OraclePredictor, heddle
 from workers.sim.llm.experiments import (
     best_mp,
     compare_systems,
+    engine_mp_profile,
     lower_bound,
     prepare_workload,
     summarise,
+    why_slower_or_faster,
 )
 from workers.sim.llm.rollout import Scenario
 from workers.sim.llm.systems import ENGINES
 from workers.sim.llm.trajectories import GENERATOR_VERSION
 
 NAME = "heddle_end_to_end"
-HEDDLES = ("heddle", "heddle_amdahl_planner")
+HEDDLES = ("heddle", "heddle_mean_context_planner", "heddle_amdahl_planner", "heddle_oracle")
 
 
 def run_profile(profile: str, prompts: int, gpus: int, engine: str) -> dict:
@@ -52,8 +63,22 @@ def run_profile(profile: str, prompts: int, gpus: int, engine: str) -> dict:
         out["baselines"][name] = {**summarise(sweep[chosen]), "best_mp": chosen}
     ours = compare_systems(
         workload,
-        [heddle(), heddle(name="heddle_amdahl_planner", per_degree_profile=False)],
+        [
+            heddle(),
+            heddle(name="heddle_mean_context_planner", context_aware_planner=False),
+            heddle(
+                name="heddle_amdahl_planner", per_degree_profile=False, context_aware_planner=False
+            ),
+        ],
         scenario,
+    )
+    ours.update(
+        compare_systems(
+            workload,
+            [heddle(name="heddle_oracle")],
+            scenario,
+            OraclePredictor(workload.evaluation),
+        )
     )
     for name, result in ours.items():
         out[name] = summarise(result)
@@ -63,6 +88,16 @@ def run_profile(profile: str, prompts: int, gpus: int, engine: str) -> dict:
     out["best_baseline"] = {"name": best_name, "mp": out["baselines"][best_name]["best_mp"]}
     for name in HEDDLES:
         out[f"{name}_over_best_baseline"] = out[name]["throughput_tokens_per_s"] / best
+    out["why"] = why_slower_or_faster(
+        "heddle",
+        out["heddle"],
+        f"{best_name} at MP {out['best_baseline']['mp']}",
+        out["baselines"][best_name],
+    )
+    if engine == "context":
+        out["engine_mp_profile"] = engine_mp_profile(
+            scenario, workload.planner_history.mean_context_tokens
+        )
     return out
 
 

@@ -15,7 +15,11 @@ reads interfere, the KV pool bounds admission and migrations); the legacy engine
 beside it (with the earlier bench's 800 K tokens of LRU prefix cache per GPU, an H200-class GPU
 serving an 8B model; the context engine's KV pool comes from its own model).
 ``heddle_dp_migration_oracle`` (perfect lengths) separates the algorithm from the predictor's
-error; it is not part of the target.
+error; it is not part of the target. The DP charges each member's own growing context under the
+context engine; the earlier DP, whose interference curve was profiled at the mean context, is
+reported beside it (``heddle_dp_migration_mean_context_planner``). Every row's ``breakdown``
+splits the critical trajectory (the last to finish) into heddle formula 1's parts and sums them
+over all trajectories; ``why`` compares DP + migration with the best baseline.
 """
 
 from __future__ import annotations
@@ -30,7 +34,12 @@ import matplotlib.pyplot as plt
 from bench.report import BenchReport, Target, plot_path
 from workers.algorithms.heddle.priority import PriorityPolicy
 from workers.sim.llm.baselines import SLIME_ROUTER, OraclePredictor
-from workers.sim.llm.experiments import compare_systems, prepare_workload, summarise
+from workers.sim.llm.experiments import (
+    compare_systems,
+    prepare_workload,
+    summarise,
+    why_slower_or_faster,
+)
 from workers.sim.llm.rollout import PlacementPolicy, Scenario, SystemConfig
 from workers.sim.llm.routing import CacheAwareConfig
 from workers.sim.llm.systems import ENGINES
@@ -38,12 +47,21 @@ from workers.sim.llm.systems import ENGINES
 NAME = "heddle_placement"
 OURS = "heddle_dp_migration"
 BASELINES = ("cache_aware", "least_load", "least_load_router_default", "least_inflight")
+MEAN_CONTEXT = f"{OURS}_mean_context_planner"
 
 
 def systems() -> list[SystemConfig]:
     pps = PriorityPolicy.PPS
     return [
         SystemConfig(OURS, pps, PlacementPolicy.HEDDLE_DP, mp_degree=1, migration=True),
+        SystemConfig(
+            MEAN_CONTEXT,
+            pps,
+            PlacementPolicy.HEDDLE_DP,
+            mp_degree=1,
+            migration=True,
+            context_aware_planner=False,
+        ),
         SystemConfig("cache_aware", pps, PlacementPolicy.CACHE_AWARE, mp_degree=1),
         SystemConfig(
             "least_load", pps, PlacementPolicy.SGLANG_ROUTER, mp_degree=1, router=SLIME_ROUTER
@@ -81,10 +99,11 @@ def run_core(prompts: int, gpus: int, profiles: list[str], engines: list[str]) -
             best = max(BASELINES, key=lambda n: rows[n]["throughput_tokens_per_s"])
             best_value = rows[best]["throughput_tokens_per_s"]
             rows["best_baseline"] = best
-            for name in (OURS, f"{OURS}_oracle"):
+            for name in (OURS, MEAN_CONTEXT, f"{OURS}_oracle"):
                 rows[f"{name}_over_best_baseline"] = rows[name]["throughput_tokens_per_s"] / (
                     best_value
                 )
+            rows["why"] = why_slower_or_faster(OURS, rows[OURS], best, rows[best])
             out[engine][profile] = rows
     return out
 
@@ -129,7 +148,7 @@ def run(quick: bool = False) -> BenchReport:
 def _plot(series: dict) -> None:
     engines = list(series)
     profiles = list(series[engines[0]])
-    names = [OURS, *BASELINES, f"{OURS}_oracle"]
+    names = [OURS, MEAN_CONTEXT, *BASELINES, f"{OURS}_oracle"]
     fig, axes = plt.subplots(1, len(engines), figsize=(6 * len(engines), 4), squeeze=False)
     width = 0.8 / len(names)
     for ax, engine in zip(axes[0], engines, strict=True):

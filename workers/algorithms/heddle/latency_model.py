@@ -19,6 +19,9 @@ The batch-size curve is the project's one PTL implementation, ``workers.algorith
 - **Prefill** (prompt, tool output, or recompute after a cache miss) at
   ``prefill_seconds_per_token / speedup(m)``; legacy 1e-4 s/token ≈ 10 k tokens/s for a 14B model
   on one H100 (our assumption).
+- **KV reads** (``kv_profile``, context-aware profiles only): per MP degree, the step time each
+  context token of the running batch adds and the KV pool's size, for the placement's context
+  charge (``placement`` module docstring).
 - **KV migration** (heddle §5.3, Table 1): ``migration_fixed_s + tokens·kv_bytes_per_token /
   migration_bytes_per_s``; 160 KiB/token is Qwen3-14B's KV (40 layers × 8 KV heads × 128 dims × K,V
   × bf16), 25 GB/s a conservative share of 400 Gb/s GPUDirect RDMA, 0.1 s fixed setup (our
@@ -46,6 +49,16 @@ class MPLatencyModel:
     migration_bytes_per_s: float = 25e9
     migration_fixed_s: float = 0.1
     profiled: tuple[tuple[int, ThreePieceLinear], ...] = ()
+    kv_profile: tuple[tuple[int, float, float], ...] = ()
+
+    def kv_terms(self, mp: int) -> tuple[float, float] | None:
+        """``(seconds per KV token read per step, KV pool tokens)`` of an MP-``mp`` worker when the
+        profiler measured them (a context-aware profile, whose PTL curves then exclude the KV
+        reads), else ``None``: the PTL curves already hold a mean context's reads."""
+        for degree, seconds, capacity in self.kv_profile:
+            if degree == mp:
+                return seconds, capacity
+        return None
 
     def speedup(self, mp: int) -> float:
         if mp < 1:

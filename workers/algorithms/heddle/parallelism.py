@@ -50,13 +50,17 @@ def worker_cost(
     group_limit: int | None = None,
     group_model: GroupModel = "fluid",
     prefill_tokens_per_trajectory: float = 0.0,
+    context: ContextGrowth | None = None,
 ) -> WorkerCost:
     """The DP's view of one MP-``mp`` worker: α from the PTL curve (``relative_to(1)``), τ(m).
 
     The paper model charges queueing through α (``alpha_curve``'s ``batch_limit``); the fluid
     model charges it itself, so it gets the plain interference curve. Each member's prefills
-    (``prefill_tokens_per_trajectory``) stall the worker's batch: an additive per-member cost."""
+    (``prefill_tokens_per_trajectory``) stall the worker's batch: an additive per-member cost.
+    ``context`` (fluid model, a model with a KV profile for ``mp``): the context charge of
+    :class:`~workers.algorithms.heddle.placement.WorkerCost`."""
     alpha = model.alpha_curve(trajectories, mp, batch_limit if group_model == "paper" else None)
+    kv = model.kv_terms(mp) if context is not None and group_model == "fluid" else None
     return WorkerCost(
         alpha=alpha,
         tau=model.tau(mp),
@@ -64,7 +68,21 @@ def worker_cost(
         group_limit=group_limit,
         model=group_model,
         overhead_per_trajectory=model.prefill_seconds(prefill_tokens_per_trajectory, mp),
+        kv_seconds_per_token=0.0 if kv is None or context is None else kv[0],
+        kv_capacity_tokens=float("inf") if kv is None else kv[1],
+        context_base=0.0 if context is None else context.base_tokens,
+        context_growth=1.0 if context is None else context.growth,
     )
+
+
+@dataclass(frozen=True)
+class ContextGrowth:
+    """How a trajectory's context grows as it decodes (placement's context charge): it starts at
+    ``base_tokens`` (the prompt) and every generated token brings ``growth`` tokens of context
+    (itself plus its share of the tool outputs the steps bring back)."""
+
+    base_tokens: float
+    growth: float
 
 
 class _Scorer:
@@ -80,6 +98,7 @@ class _Scorer:
         group_limit_per_gpu: int | None = None,
         group_model: GroupModel = "fluid",
         prefill_tokens_per_trajectory: float = 0.0,
+        context: ContextGrowth | None = None,
     ) -> None:
         self.lengths = lengths
         self.max_items = max_items
@@ -93,6 +112,7 @@ class _Scorer:
                 group_limit=None if group_limit_per_gpu is None else group_limit_per_gpu * m,
                 group_model=group_model,
                 prefill_tokens_per_trajectory=prefill_tokens_per_trajectory,
+                context=context,
             )
             for m in degrees
         }
@@ -172,6 +192,7 @@ def plan_parallelism(
     tie_weight: float = 0.05,
     group_model: GroupModel = "fluid",
     prefill_tokens_per_trajectory: float = 0.0,
+    context: ContextGrowth | None = None,
 ) -> ParallelismPlan:
     """Sort-initialised simulated annealing over MP degrees under ``gpu_budget`` GPUs."""
     if gpu_budget < min(degrees):
@@ -189,6 +210,7 @@ def plan_parallelism(
         group_limit_per_gpu,
         group_model,
         prefill_tokens_per_trajectory,
+        context,
     )
     current = tuple(_random_sorted_allocation(gpu_budget, degrees, rng))
     current_score = scorer.score(current, tie_weight)

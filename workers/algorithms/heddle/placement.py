@@ -23,6 +23,21 @@ Group-time models (``WorkerCost.model``):
   below still hold (α convex, as the three-piece PTL is), so the DP stays exact over contiguous
   partitions; contiguity itself is Lemma 5.1's premise, proven for the paper model.
 
+- ``"fluid"`` with a context charge (``kv_seconds_per_token > 0``; Loom's own extension of the
+  same §5.2 group simulation to the context-aware engine): a member's context grows while it
+  decodes, ``c(t) = context_base + context_growth · t`` for its ``t``-th token (its prompt, its
+  own tokens and the tool outputs they bring back), so over its ``L`` tokens it is read
+  ``S(L) = context_base·L + context_growth·L²/2`` times a token of KV. Every decode step reads
+  the running batch's KV, so the group adds ``kv_seconds_per_token · Σ S(L_j)`` to the lead's
+  time — long co-runners cost quadratically more than short ones, which a size-only α (profiled
+  at one mean context) cannot see — and a KV pool of ``kv_capacity_tokens`` serves at most that
+  many context tokens per step, a floor of ``Σ S(L_j) / capacity`` steps of at least the batch-one
+  base step (members that do not fit queue). The size-only α is then profiled without context.
+  Both terms grow with every added member, so the DP below stays exact over contiguous
+  partitions; the swap argument of Lemma 5.1 no longer holds for them (a longer co-runner is
+  no longer free), so contiguity becomes a restriction of the search, as in the paper's
+  heterogeneous case.
+
 Speed. The DP is O(N²K) as written. ``dp[p][k−1]`` is non-decreasing in ``p`` and ``cost(p, i)``
 non-increasing in ``p``, so the min-max sits where they cross; a binary search — vectorised over
 all ``i`` with numpy — finds it: O(N·K·log N), exact. Short trajectories below a threshold are
@@ -50,7 +65,9 @@ class WorkerCost:
     only); ``group_limit``: most trajectories the worker may hold (its KV capacity), larger groups
     are infeasible; ``overhead_per_trajectory``: seconds of batch-stalling work each member adds
     (its prefills: prompt and tool outputs), ``n ·`` that is added to the group's time — the cost
-    that makes a crowded worker slow even when its members are short.
+    that makes a crowded worker slow even when its members are short. ``kv_seconds_per_token``,
+    ``kv_capacity_tokens``, ``context_base``, ``context_growth``: the fluid model's context
+    charge (module docstring); ``kv_seconds_per_token = 0`` leaves it out.
     """
 
     alpha: np.ndarray
@@ -59,6 +76,10 @@ class WorkerCost:
     group_limit: int | None = None
     model: GroupModel = "paper"
     overhead_per_trajectory: float = 0.0
+    kv_seconds_per_token: float = 0.0
+    kv_capacity_tokens: float = float("inf")
+    context_base: float = 0.0
+    context_growth: float = 1.0
     _pieces: tuple[tuple[int, int, float], ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -94,6 +115,9 @@ class WorkerCost:
         drain_rate = 0.0 if limit is None else self.alpha[limit] / limit * self.tau
         base = prefix[start]
         infeasible = alpha == np.inf
+        reads = self.context_reads(lengths) if self.kv_seconds_per_token > 0 else None
+        # the KV pool's floor: each step reads at most the pool, and costs at least a batch-one step
+        pool_step = self.tau / self.kv_capacity_tokens
 
         def fluid_cost(end: np.ndarray) -> np.ndarray:
             value = np.zeros(len(end))
@@ -101,6 +125,10 @@ class WorkerCost:
                 value += inc * (prefix[np.minimum(hi, end)] - prefix[np.minimum(lo, end)])
             if limit is not None:
                 value = np.maximum(value, drain_rate * (prefix[end] - base))
+            if reads is not None:
+                group_reads = reads[end] - reads[start]
+                value = np.maximum(value, pool_step * group_reads)
+                value = value + self.kv_seconds_per_token * group_reads
             if self.overhead_per_trajectory:
                 value = value + self.overhead_per_trajectory * (end - start)
             if infeasible.any():
@@ -108,6 +136,12 @@ class WorkerCost:
             return value
 
         return fluid_cost
+
+    def context_reads(self, lengths: np.ndarray) -> np.ndarray:
+        """Prefix sums of ``S(L) = context_base·L + context_growth·L²/2`` over ``lengths``: the
+        KV tokens each member's decode steps read of its own context, summed over its steps."""
+        reads = self.context_base * lengths + self.context_growth * lengths * lengths / 2.0
+        return np.concatenate([[0.0], np.cumsum(reads)])
 
     def cost(
         self, lengths: np.ndarray, prefix: np.ndarray, start: np.ndarray, end: np.ndarray

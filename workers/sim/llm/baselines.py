@@ -28,6 +28,7 @@ from workers.algorithms.heddle.priority import PriorityPolicy
 from workers.sim.llm.latency import ContextLatencyModel
 from workers.sim.llm.routing import SGL_ROUTER_BALANCE_REL, CacheAwareConfig
 from workers.sim.llm.systems import PlacementPolicy, SystemConfig
+from workers.sim.llm.timeline import context_decode_alone_seconds, context_prefill_alone_seconds
 
 SLIME_ROUTER = CacheAwareConfig(
     balance_abs_threshold=0, balance_rel_threshold=SGL_ROUTER_BALANCE_REL
@@ -65,7 +66,10 @@ BASELINES = {"verl": verl, "verl*": verl_star, "slime": slime}
 
 
 def heddle(
-    mp_degree: int | None = None, name: str = "heddle", per_degree_profile: bool = True
+    mp_degree: int | None = None,
+    name: str = "heddle",
+    per_degree_profile: bool = True,
+    context_aware_planner: bool = True,
 ) -> SystemConfig:
     """All of Heddle; ``mp_degree`` set gives the Fix-m ablations."""
     return SystemConfig(
@@ -75,6 +79,7 @@ def heddle(
         mp_degree=mp_degree,
         migration=True,
         per_degree_profile=per_degree_profile,
+        context_aware_planner=context_aware_planner,
     )
 
 
@@ -108,28 +113,16 @@ def context_lower_bound_makespan(
 ) -> float:
     """Context model: each trajectory alone (batch of one, its own context only), every prefill
     and decode phase on the MP degree fastest for it, tool time added."""
-
-    def prefill(tokens: float, before: float, m: int) -> float:
-        steps = tokens / model.chunk_tokens
-        per_step = model.base_step_seconds(m, 0, model.chunk_tokens)
-        kv = model.kv_seconds_per_token(m) * (before + tokens / 2.0)
-        return steps * (per_step + kv) + tokens * model.prefill_seconds_per_token(m, tokens, before)
-
-    def decode(tokens: float, before: float, m: int) -> float:
-        growth = model.kv_seconds_per_token(m)
-        return tokens * (model.base_step_seconds(m, 1, 0) + growth * before) + (
-            growth * tokens * tokens / 2.0
-        )
-
+    prefill, decode = context_prefill_alone_seconds, context_decode_alone_seconds
     worst = 0.0
     for record in records:
         context = 0.0
         elapsed = 0.0
         new = float(record.prompt_tokens)
         for step in record.steps:
-            elapsed += min(prefill(new, context, m) for m in degrees)
+            elapsed += min(prefill(model, new, context, m) for m in degrees)
             context += new
-            elapsed += min(decode(step.output_tokens, context, m) for m in degrees)
+            elapsed += min(decode(model, step.output_tokens, context, m) for m in degrees)
             elapsed += step.tool_seconds
             context += step.output_tokens
             new = float(step.tool_output_tokens)

@@ -28,6 +28,8 @@ from workers.sim.llm.rollout import (
     WorkloadHistory,
     run_rollout,
 )
+from workers.sim.llm.systems import TrajectoryOutcome
+from workers.sim.llm.timeline import decompose
 from workers.sim.llm.trajectories import GENERATOR_VERSION, generate_trajectories
 
 
@@ -160,6 +162,42 @@ def best_mp(
     return best, sweep
 
 
+def _decomposition(outcome: TrajectoryOutcome) -> dict[str, Any]:
+    return {
+        "trajectory_id": outcome.trajectory_id,
+        "finish_s": outcome.finished_at,
+        **decompose(outcome.timeline),
+    }
+
+
+def time_breakdown(result: RolloutResult) -> dict[str, Any]:
+    """Where the time went (heddle formula 1, ``workers.sim.llm.timeline``): the critical
+    trajectory (the last to finish, which sets the makespan) and the longest one split into
+    queueing, alone-on-its-worker, interference, tool and migration wait; the same parts summed
+    over every trajectory; each worker's last finish (load imbalance); the planner's estimate."""
+    outcomes = list(result.outcomes.values())
+    critical = max(outcomes, key=lambda o: (o.finished_at, o.trajectory_id))
+    totals = [decompose(o.timeline) for o in outcomes]
+    keys = ("queueing_s", "alone_s", "interference_s", "tool_s", "migration_wait_s")
+    summed = {key: float(sum(t[key] for t in totals)) for key in keys}
+    last_finish: dict[int, float] = {}
+    for outcome in outcomes:
+        for step in outcome.timeline:
+            last_finish[step.worker] = max(last_finish.get(step.worker, 0.0), step.finished_at)
+    finishes = [last_finish.get(w, 0.0) for w in range(len(result.mp_degrees))]
+    return {
+        "critical_trajectory": _decomposition(critical),
+        "longest_trajectory": _decomposition(result.longest_trajectory()),
+        "all_trajectories": {
+            **summed,
+            "alpha": (summed["alone_s"] + summed["interference_s"]) / max(summed["alone_s"], 1e-12),
+        },
+        "worker_last_finish_s": finishes,
+        "worker_finish_spread_s": max(finishes) - min(finishes),
+        "planner_makespan_s": result.planner_makespan,
+    }
+
+
 def summarise(result: RolloutResult) -> dict[str, Any]:
     longest = result.longest_trajectory()
     return {
@@ -177,6 +215,7 @@ def summarise(result: RolloutResult) -> dict[str, Any]:
         "migrations": result.migrations,
         "migrations_refused": result.migrations_refused,
         "router_decisions": result.router_decisions,
+        "breakdown": time_breakdown(result),
     }
 
 
@@ -187,3 +226,45 @@ def lower_bound(workload: Workload, scenario: Scenario) -> dict[str, float]:
         makespan = context_lower_bound_makespan(workload.evaluation, scenario.context)
     tokens = sum(r.total_tokens for r in workload.evaluation)
     return {"throughput_tokens_per_s": tokens / makespan, "makespan_s": makespan}
+
+
+def why_slower_or_faster(
+    ours: str, row: dict[str, Any], other: str, other_row: dict[str, Any]
+) -> str:
+    """One sentence, built from the two summaries, saying where the makespans differ: each
+    critical trajectory's formula-1 parts, the work summed over all trajectories, cache hits."""
+
+    def parts(name: str, summary: dict[str, Any]) -> str:
+        critical = summary["breakdown"]["critical_trajectory"]
+        every = summary["breakdown"]["all_trajectories"]
+        return (
+            f"{name}: makespan {summary['makespan_s']:.0f} s set by a "
+            f"{critical['output_tokens']}-token trajectory = queueing {critical['queueing_s']:.0f}"
+            f" + alone at MP {critical['mp_degrees']} {critical['alone_s']:.0f} + interference "
+            f"{critical['interference_s']:.0f} + tool {critical['tool_s']:.0f} + migration wait "
+            f"{critical['migration_wait_s']:.0f} s; over all trajectories queueing "
+            f"{every['queueing_s']:.0f} s, interference {every['interference_s']:.0f} s "
+            f"(alpha {every['alpha']:.2f}), cache hits {summary['cache_hit_rate']:.2f}, "
+            f"preemptions {summary['preemptions']}, migrations {summary['migrations']}"
+        )
+
+    return f"{parts(ours, row)}. {parts(other, other_row)}."
+
+
+def engine_mp_profile(scenario: Scenario, mean_context: float) -> dict[str, dict[str, float]]:
+    """The context engine per MP degree at the workload's mean context (heddle §6's trade-off,
+    Fig. 7): per-token time alone, and decode tokens/s per GPU with the batch the worker can
+    hold (its batch cap, or what its KV pool holds at that context)."""
+    model = scenario.context
+    profile = {}
+    for m in MP_DEGREES:
+        if m > scenario.gpu_budget:
+            continue
+        batch = min(scenario.max_batch_per_gpu * m, int(model.kv_capacity_tokens(m) / mean_context))
+        full = model.step_seconds(m, batch, batch * mean_context)
+        profile[str(m)] = {
+            "alone_ms_per_token": 1e3 * model.step_seconds(m, 1, mean_context),
+            "full_batch": float(batch),
+            "full_batch_tokens_per_s_per_gpu": batch / full / m,
+        }
+    return profile

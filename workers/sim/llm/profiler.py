@@ -53,14 +53,21 @@ def profile_planner_model(
     max_batch: int,
     degrees: Sequence[int] = MP_DEGREES,
     per_degree: bool = True,
+    context_aware: bool = False,
 ) -> MPLatencyModel:
     """The planners' :class:`MPLatencyModel` fitted to ``model`` at the workload's mean context
     (``mean_prefill_tokens``: a typical prefill, for the prefill cost per token); degree ``m`` is
-    profiled up to its batch cap ``m · max_batch``."""
+    profiled up to its batch cap ``m · max_batch``.
+
+    ``context_aware``: the PTL curves are profiled without context and the KV read time per
+    token and the KV pool of every degree are measured beside them (``kv_profile``), so the
+    placement can charge each member's own context (``placement``'s context charge) instead of
+    the mean one."""
+    profiled_context = 0.0 if context_aware else mean_context
 
     def curve(m: int) -> ThreePieceLinear:
         batches = profiled_batches(max_batch * m)
-        ptl = [model.step_seconds(m, int(b), b * mean_context) for b in batches]
+        ptl = [model.step_seconds(m, int(b), b * profiled_context) for b in batches]
         return fit_three_piece_linear(batches, ptl)
 
     batches = profiled_batches(max_batch)
@@ -74,4 +81,9 @@ def profile_planner_model(
         kv_bytes_per_token=model.model.kv_bytes_per_token,
         migration_bytes_per_s=model.migration_bytes_per_s,
         migration_fixed_s=model.migration_fixed_s,
+        kv_profile=(
+            tuple((m, model.kv_seconds_per_token(m), model.kv_capacity_tokens(m)) for m in degrees)
+            if context_aware
+            else ()
+        ),
     )

@@ -15,7 +15,7 @@ with the latest prediction available, and migrations are planned from each batch
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -26,7 +26,7 @@ from workers.algorithms.heddle.migration import (
     TransmissionScheduler,
     plan_migrations,
 )
-from workers.algorithms.heddle.parallelism import plan_parallelism, worker_cost
+from workers.algorithms.heddle.parallelism import ContextGrowth, plan_parallelism, worker_cost
 from workers.algorithms.heddle.placement import WorkerCost, place_trajectories
 from workers.algorithms.heddle.prediction import (
     LengthPredictor,
@@ -45,6 +45,7 @@ from workers.sim.llm.systems import (
     SystemConfig,
     TrajectoryOutcome,
 )
+from workers.sim.llm.timeline import StepTrace, step_alone_seconds
 from workers.sim.llm.worker import GenerationRequest, GenerationResult, LLMWorker
 
 __all__ = [
@@ -69,6 +70,8 @@ class WorkloadHistory:
     prefill_tokens_per_trajectory: float
     mean_context_tokens: float
     mean_prefill_tokens: float
+    mean_prompt_tokens: float = 0.0
+    context_growth: float = 1.0
 
     @classmethod
     def of(cls, records: Sequence[TrajectoryRecord]) -> WorkloadHistory:
@@ -83,12 +86,21 @@ class WorkloadHistory:
             per_trajectory.append(
                 record.prompt_tokens + sum(s.tool_output_tokens for s in record.steps)
             )
+        output = sum(r.total_tokens for r in records)
+        tool_output = sum(s.tool_output_tokens for r in records for s in r.steps)
         return cls(
             lengths=tuple(float(r.total_tokens) for r in records),
             prefill_tokens_per_trajectory=float(np.mean(per_trajectory)),
             mean_context_tokens=float(np.mean(contexts)),
             mean_prefill_tokens=float(np.mean(prefills)),
+            mean_prompt_tokens=float(np.mean([r.prompt_tokens for r in records])),
+            context_growth=1.0 + tool_output / max(output, 1),
         )
+
+    def context_growth_model(self) -> ContextGrowth:
+        """A trajectory's context as it decodes: its prompt, plus each token and its share of
+        the tool outputs (placement's context charge)."""
+        return ContextGrowth(self.mean_prompt_tokens, self.context_growth)
 
 
 @dataclass
@@ -126,7 +138,7 @@ class RolloutSimulation:
         self.scenario = scenario
         self.predictor = predictor
         prompts = float(np.mean([r.prompt_tokens for r in records]))
-        self.history = history or WorkloadHistory((), prompts, prompts, prompts)
+        self.history = history or WorkloadHistory((), prompts, prompts, prompts, prompts)
         self.loop = EventLoop()
         self.model = self._planner_model()
         self.trajectories = {
@@ -149,6 +161,7 @@ class RolloutSimulation:
         self.workers: list[LLMWorker] = []
         self.degrees: tuple[int, ...] = ()
         self.router: CacheAwareRouter | None = None
+        self.planner_makespan: float | None = None
 
     # ------------------------------------------------------------------ setup
     def _planner_model(self) -> MPLatencyModel:
@@ -162,7 +175,20 @@ class RolloutSimulation:
             mean_prefill_tokens=self.history.mean_prefill_tokens,
             max_batch=self.scenario.max_batch_per_gpu,
             per_degree=self.system.per_degree_profile,
+            context_aware=self._context_aware,
         )
+
+    @property
+    def _context_aware(self) -> bool:
+        return (
+            self.system.context_aware_planner
+            and self.scenario.engine == "context"
+            and self.scenario.group_model == "fluid"
+        )
+
+    @property
+    def _context_growth(self) -> ContextGrowth | None:
+        return self.history.context_growth_model() if self._context_aware else None
 
     def _engine_cost(self, mp: int) -> EngineCost:
         if self.scenario.engine == "legacy":
@@ -205,6 +231,7 @@ class RolloutSimulation:
                 group_limit=self.scenario.max_trajectories_per_gpu * m,
                 group_model=self.scenario.group_model,
                 prefill_tokens_per_trajectory=self.history.prefill_tokens_per_trajectory,
+                context=self._context_growth,
             )
             for m in degrees
         ]
@@ -223,6 +250,7 @@ class RolloutSimulation:
                 group_limit_per_gpu=self.scenario.max_trajectories_per_gpu,
                 group_model=self.scenario.group_model,
                 prefill_tokens_per_trajectory=self.history.prefill_tokens_per_trajectory,
+                context=self._context_growth,
                 seed=self.scenario.seed,
             )
             degrees = plan.degrees
@@ -249,6 +277,7 @@ class RolloutSimulation:
         if placement is PlacementPolicy.HEDDLE_DP:
             plan = place_trajectories(initial_totals, self._worker_costs(self.degrees))
             self.group_sizes = plan.group_sizes
+            self.planner_makespan = plan.makespan
             for t in ordered:
                 t.worker = int(plan.assignment[t.index])
             return
@@ -307,6 +336,8 @@ class RolloutSimulation:
         outcome = self.outcomes[t.record.trajectory_id]
         outcome.queueing_seconds += result.queueing_seconds
         step = t.record.steps[t.next_step]
+        last = t.next_step + 1 >= len(t.record.steps)
+        outcome.timeline.append(self._trace(t, result, 0.0 if last else step.tool_seconds))
         t.tokens_so_far += step.output_tokens
         t.context_tokens += step.output_tokens + step.tool_output_tokens
         t.tool_seconds_so_far += step.tool_seconds
@@ -317,6 +348,31 @@ class RolloutSimulation:
         t.in_tool = True
         self._queue_prediction(t)
         self.loop.after(step.tool_seconds, lambda: self._on_tool_done(t))
+
+    def _trace(self, t: _Trajectory, result: GenerationResult, tool_seconds: float) -> StepTrace:
+        mp = self.workers[result.worker_id].mp
+        engine = self.scenario.context if self.scenario.engine == "context" else self.model
+        output = t.record.steps[t.next_step].output_tokens
+        return StepTrace(
+            worker=result.worker_id,
+            mp=mp,
+            submitted_at=result.submitted_at,
+            finished_at=result.finished_at,
+            queueing_seconds=result.queueing_seconds,
+            output_tokens=output,
+            context_tokens=t.context_tokens,
+            prefill_tokens=result.prefill_tokens,
+            cached_tokens=result.cached_tokens,
+            preemptions=result.preemptions,
+            alone_seconds=step_alone_seconds(
+                engine,
+                mp,
+                output_tokens=output,
+                context_tokens=t.context_tokens,
+                prefill_tokens=result.prefill_tokens,
+            ),
+            tool_seconds=tool_seconds,
+        )
 
     def _on_tool_done(self, t: _Trajectory) -> None:
         t.in_tool = False
@@ -390,7 +446,10 @@ class RolloutSimulation:
             self.migrations += 1
         if t.waiting_for_migration:
             t.waiting_for_migration = False
-            self.outcomes[key].migration_wait_seconds += self.loop.now - t.migration_started
+            waited = self.loop.now - t.migration_started
+            outcome = self.outcomes[key]
+            outcome.migration_wait_seconds += waited
+            outcome.timeline[-1] = replace(outcome.timeline[-1], migration_wait_seconds=waited)
             self._submit_step(t)
         self._start_transfers()
 
@@ -423,6 +482,7 @@ class RolloutSimulation:
             kv_preemptions=sum(w.stats.kv_preemptions for w in self.workers),
             migrations_refused=self.migrations_refused,
             router_decisions=dict(self.router.decisions) if self.router else {},
+            planner_makespan=self.planner_makespan,
         )
 
 

@@ -12,6 +12,7 @@ from workers.algorithms.heddle.placement import GroupModel
 from workers.algorithms.heddle.priority import PriorityPolicy
 from workers.sim.llm.latency import ContextLatencyModel
 from workers.sim.llm.routing import CacheAwareConfig
+from workers.sim.llm.timeline import StepTrace
 
 EngineName = Literal["context", "legacy"]
 ENGINES: tuple[EngineName, ...] = ("context", "legacy")
@@ -30,7 +31,10 @@ class SystemConfig:
     """One system under test. ``mp_degree``: homogeneous MP; ``None`` = annealed plan (§6).
     ``router``: the sgl-router thresholds for ``SGLANG_ROUTER``. ``per_degree_profile``: the
     planners (DP, annealer) see one profiled PTL curve per MP degree, else one MP-1 curve and an
-    Amdahl κ (``workers.sim.llm.profiler``; the context engine only)."""
+    Amdahl κ (``workers.sim.llm.profiler``; the context engine only). ``context_aware_planner``:
+    the DP and the annealer charge each member's own growing context (``placement``'s context
+    charge, context engine and fluid model only); ``False`` is the earlier planner, whose α was
+    profiled at the mean context."""
 
     name: str
     priority: PriorityPolicy = PriorityPolicy.ROUND_ROBIN
@@ -39,6 +43,7 @@ class SystemConfig:
     migration: bool = False
     router: CacheAwareConfig = field(default_factory=CacheAwareConfig)
     per_degree_profile: bool = True
+    context_aware_planner: bool = True
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ class TrajectoryOutcome:
     queueing_seconds: float = 0.0
     migration_wait_seconds: float = 0.0
     worker_ids: list[int] = field(default_factory=list)
+    timeline: list[StepTrace] = field(default_factory=list)
 
 
 @dataclass
@@ -95,6 +101,7 @@ class RolloutResult:
     kv_preemptions: int = 0
     migrations_refused: int = 0
     router_decisions: dict[str, int] = field(default_factory=dict)
+    planner_makespan: float | None = None  # the DP's own estimate at dispatch (heddle §5.2)
 
     @property
     def throughput(self) -> float:

@@ -151,3 +151,56 @@ def test_the_crossing_hint_changes_nothing_on_large_fleets(seed: int) -> None:
     plain = place_trajectories(lengths, distinct, max_items=128)
     assert hinted.makespan == pytest.approx(plain.makespan)
     assert hinted.group_sizes == plain.group_sizes
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fluid_dp_with_a_context_charge_matches_brute_force_over_contiguous_partitions(
+    seed: int,
+) -> None:
+    rng = np.random.default_rng(300 + seed)
+    n, k = int(rng.integers(1, 8)), int(rng.integers(1, 4))
+    lengths = rng.lognormal(0, 1, n)
+    workers = [
+        WorkerCost(
+            random_alpha(rng, n),
+            tau=float(rng.uniform(0.2, 1.0)),
+            batch_limit=int(rng.integers(1, n + 1)) if seed % 3 == 0 else None,
+            model="fluid",
+            kv_seconds_per_token=float(rng.uniform(0.01, 0.2)),
+            kv_capacity_tokens=float(rng.uniform(2.0, 20.0)),
+            context_base=float(rng.uniform(0.0, 3.0)),
+            context_growth=float(rng.uniform(1.0, 2.0)),
+        )
+        for _ in range(k)
+    ]
+    placement = place_trajectories(lengths, workers)
+    assert placement.makespan == pytest.approx(brute_force_contiguous(lengths, workers))
+
+
+def test_the_context_charge_makes_a_long_co_runner_cost_more_than_a_short_one() -> None:
+    """Under a size-only α two co-runners cost the lead the same whatever their lengths while
+    they outlive it; with the context charge the longer one (more context, read for longer)
+    costs more, and the charge is Σ kv · (base·L + growth·L²/2) exactly."""
+    alpha = np.array([0.0, 1.0, 1.5])
+    plain = WorkerCost(alpha, tau=1.0, model="fluid")
+    charged = WorkerCost(alpha, tau=1.0, model="fluid", kv_seconds_per_token=0.01, context_base=2.0)
+    lead = 10.0
+    with_short, with_long = [lead, 2.0], [lead, 8.0]
+    assert group_makespan(with_long, charged) - group_makespan(with_short, charged) > (
+        group_makespan(with_long, plain) - group_makespan(with_short, plain)
+    )
+    reads = sum(2.0 * length + length * length / 2.0 for length in with_long)
+    assert group_makespan(with_long, charged) == pytest.approx(
+        group_makespan(with_long, plain) + 0.01 * reads
+    )
+
+
+def test_the_kv_pool_floor_binds_when_the_members_contexts_overflow_it() -> None:
+    alpha = np.concatenate([[0.0], np.ones(8)])  # no batch-size interference at all
+    roomy = WorkerCost(alpha, tau=1.0, model="fluid", kv_seconds_per_token=1e-9)
+    tight = WorkerCost(
+        alpha, tau=1.0, model="fluid", kv_seconds_per_token=1e-9, kv_capacity_tokens=10.0
+    )
+    lengths = [4.0] * 8  # each reads 4·4/2 = 8 tokens of its own context over its life
+    assert group_makespan(lengths, roomy) == pytest.approx(4.0, rel=1e-6)
+    assert group_makespan(lengths, tight) == pytest.approx(8 * 8.0 / 10.0, rel=1e-6)
