@@ -222,6 +222,25 @@ def test_rollouts_filter_by_job_and_name_bad_input(operator_client: Any, job: An
         assert [e["field"] for e in response.json()["errors"]] == [field]
 
 
+def test_rollouts_query_count_does_not_grow_with_trajectories(
+    operator_client: Any, job: Any
+) -> None:
+    from tests.factories import TrajectoryFactory
+
+    rollout(job)
+
+    def count_queries() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert operator_client.get(f"{API}/rollouts").status_code == 200
+        return len(queries)
+
+    before = count_queries()
+    for index in range(6):
+        TrajectoryFactory(job=job, status="generating", llm_worker=f"w{index % 3}",
+                          group_id=f"g{index}", predicted_remaining_tokens=index)  # fmt: skip
+    assert count_queries() == before
+
+
 @pytest.mark.redis
 def test_rollouts_read_priority_and_migrations_from_the_router_stream(
     operator_client: Any, job: Any, router_names: Any, redis_url: str
