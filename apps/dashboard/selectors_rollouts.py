@@ -32,7 +32,8 @@ log = logging.getLogger("loom.dashboard")
 
 TRAJECTORY_LIMIT = 200
 GROUP_LIMIT = 50
-STATE_SCAN = 5000  # newest router state entries read for priority and migrations
+STATE_SCAN = 5000  # most router state entries read for priority and migrations
+STATE_PAGE = 500
 ACTIVE = "active"
 STATUS_FILTERS = frozenset({ACTIVE, *TrajectoryStatus.values})
 
@@ -48,32 +49,45 @@ def _active(trajectories: QuerySet[Trajectory]) -> QuerySet[Trajectory]:
 
 
 def router_live_fields(trajectory_ids: Iterable[int]) -> dict[int, dict[str, int]] | None:
-    """Priority and migrations of these trajectories from the newest router state entries; None
+    """Priority and migrations of these trajectories from the newest router state entries, read
+    newest first a page at a time until each is found or ``STATE_SCAN`` entries were read; None
     when no Redis is configured or it cannot be read (the page then says "not reported")."""
     wanted = {str(pk) for pk in trajectory_ids}
     client = configured_redis()
     if client is None or not wanted:
         return None if client is None else {}
     stream = RegistryNames(key_prefix()).trajectory_state
+    found: dict[int, dict[str, int]] = {}
+    newest_unread, scanned = "+", 0
     try:
-        entries: Any = client.xrevrange(stream, count=STATE_SCAN)
+        while scanned < STATE_SCAN and len(found) < len(wanted):
+            entries: Any = client.xrevrange(stream, max=newest_unread, count=STATE_PAGE)
+            for _, fields in entries:
+                _take_state(fields, wanted, found)
+            scanned += len(entries)
+            if len(entries) < STATE_PAGE:
+                break
+            last_id = entries[-1][0]
+            newest_unread = "(" + (last_id.decode() if isinstance(last_id, bytes) else last_id)
     except redis.RedisError as error:
         log.warning("rollouts: router state stream not readable: %s", error)
         return None
-    found: dict[int, dict[str, int]] = {}
-    for _, fields in entries:
-        try:
-            state = json.loads(fields[b"state"])
-            trajectory = str(state["trajectory"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        if trajectory in wanted and int(trajectory) not in found:
-            priority, migrations = state.get("priority"), state.get("migrations")
-            found[int(trajectory)] = {
-                "priority": priority if isinstance(priority, int) else 0,
-                "migrations": migrations if isinstance(migrations, int) else 0,
-            }
     return found
+
+
+def _take_state(fields: Any, wanted: set[str], found: dict[int, dict[str, int]]) -> None:
+    """Keep one entry's priority and migrations if it is the newest for a wanted trajectory."""
+    try:
+        state = json.loads(fields[b"state"])
+        trajectory = str(state["trajectory"])
+    except (KeyError, TypeError, ValueError):
+        return
+    if trajectory in wanted and int(trajectory) not in found:
+        priority, migrations = state.get("priority"), state.get("migrations")
+        found[int(trajectory)] = {
+            "priority": priority if isinstance(priority, int) else 0,
+            "migrations": migrations if isinstance(migrations, int) else 0,
+        }
 
 
 def _trajectory_row(row: Trajectory, live: dict[int, dict[str, int]] | None) -> dict[str, Any]:

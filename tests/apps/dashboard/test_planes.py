@@ -243,22 +243,44 @@ def test_rollouts_query_count_does_not_grow_with_trajectories(
 
 @pytest.mark.redis
 def test_rollouts_read_priority_and_migrations_from_the_router_stream(
-    operator_client: Any, job: Any, router_names: Any, redis_url: str
+    operator_client: Any, job: Any, router_names: Any, redis_url: str, monkeypatch: Any
 ) -> None:
     import redis
 
+    from apps.dashboard import selectors_rollouts
+
     made = rollout(job)
     client = redis.Redis.from_url(redis_url)
-    for priority, migrations in ((1, 0), (7, 2)):  # the newest entry wins
-        state = {"trajectory": str(made["long"].pk), "job": str(job.pk),
+
+    def publish(trajectory: int, priority: int, migrations: int) -> None:
+        state = {"trajectory": str(trajectory), "job": str(job.pk),
                  "priority": priority, "migrations": migrations}  # fmt: skip
         client.xadd(router_names.trajectory_state, {"state": json.dumps(state)})
+
+    publish(made["long"].pk, 1, 0)
+    publish(made["long"].pk, 7, 2)  # the newest entry wins
     client.xadd(router_names.trajectory_state, {"state": "not json"})
+    for _ in range(5):  # newer entries of a trajectory not on the page push it to later pages
+        publish(999_999, 0, 0)
+    monkeypatch.setattr(selectors_rollouts, "STATE_PAGE", 2)
     body = operator_client.get(f"{API}/rollouts").json()
     rows = {t["id"]: t for t in body["trajectories"]}
     assert body["router_fields"] is True
     assert (rows[made["long"].pk]["priority"], rows[made["long"].pk]["migrations"]) == (7, 2)
     assert rows[made["other"].pk]["priority"] is None  # nothing published for it
+    monkeypatch.setattr(selectors_rollouts, "STATE_SCAN", 4)  # the scan stops before reaching it
+    rows = {t["id"]: t for t in operator_client.get(f"{API}/rollouts").json()["trajectories"]}
+    assert rows[made["long"].pk]["priority"] is None
+
+
+def test_rollouts_with_an_unreachable_redis_say_not_reported(
+    operator_client: Any, job: Any, settings: Any
+) -> None:
+    made = rollout(job)
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    body = operator_client.get(f"{API}/rollouts").json()
+    assert body["router_fields"] is False
+    assert {t["id"] for t in body["trajectories"]} >= {made["long"].pk}
 
 
 def test_new_endpoints_need_the_operator_role(client: Any, roleless_user: Any, job: Any) -> None:
@@ -307,3 +329,22 @@ def test_the_pages_topics_parse_authorize_and_carry_what_rest_answers(
     assert len(job_payload["trajectories"]) == 4
     all_payload = snapshot_for(everything)
     assert all_payload is not None and all_payload["job"] is None
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "status"),
+    [
+        ("buffers/99999999999999999999999", "buffer_id", 404),
+        ("buffers?job=99999999999999999999999", "job", 400),
+        ("rollouts?job=99999999999999999999999", "job", 400),
+        ("rollouts?limit=99999999999999999999999", "limit", 400),
+        ("rollouts?status=%00", "status", 400),
+        ("gpus?pool=" + "a" * 300, "pool", 400),
+    ],
+)
+def test_extreme_input_is_a_named_error_never_a_500(
+    operator_client: Any, job: Any, path: str, field: str, status: int
+) -> None:
+    response = operator_client.get(f"{API}/{path}")
+    assert response.status_code == status
+    assert [e["field"] for e in response.json()["errors"]] == [field]
