@@ -1,0 +1,113 @@
+import { afterEach, describe, expect, it, vi } from "vitest";
+import type { PageContext } from "../context";
+import type { LiveSocket } from "../live";
+import type { GpuMap, RolloutsResponse } from "../planeTypes";
+import { matchRoute } from "../router";
+import { gpusPage } from "./gpus";
+import { rolloutsPage } from "./rollouts";
+
+/** A live socket that records subscriptions and lets the test deliver events. */
+class FakeLive {
+  handlers = new Map<string, (data: unknown) => void>();
+  subscribe(group: string, handler: (data: unknown) => void): () => void {
+    this.handlers.set(group, handler);
+    return () => this.handlers.delete(group);
+  }
+  onResume(): () => void {
+    return () => {};
+  }
+}
+
+function context(path: string, search: string, live: FakeLive): PageContext {
+  return {
+    live: live as unknown as LiveSocket,
+    route: matchRoute(path, search),
+    me: { username: "otto", role: "operator" },
+    navigate: () => {},
+  };
+}
+
+function answer(body: unknown, status = 200): void {
+  vi.stubGlobal(
+    "fetch",
+    vi.fn(async () => new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } })),
+  );
+}
+
+async function settle(): Promise<void> {
+  for (let i = 0; i < 5; i += 1) await new Promise((resolve) => setTimeout(resolve, 0));
+}
+
+function gpuMap(state: "warm" | "free", queued: number): GpuMap {
+  return {
+    t: 1,
+    pools: ["gpu"],
+    nodes: [
+      {
+        id: 1, name: "gpu-a", pool: "gpu", status: "online", heartbeat_age_s: 1,
+        gpus: [{ index: 0, memory_mb: 1, model: "" }], nvlink_groups: [],
+        cache: state === "warm" ? [{ service: "reward", start: 0, size: 1, last_used: 1, idle_s: 1 }] : [],
+        running: [], cells: [{ index: 0, state, warm: state === "warm" ? ["reward"] : [], action: null, service: null }],
+        hosted: {},
+      },
+    ],
+    services: [
+      {
+        name: "reward", pool: "gpu", backend: "torch", task: "reward", allowed_dop: [1], memory_mb: 0,
+        queued, running: 0, act: { p50: null, p99: null, mean: null, n: 0 },
+        queueing_mean_s: null, execution_mean_s: null, warm: [], load_failures: {},
+      },
+    ],
+    missing: ["restore counts"],
+  };
+}
+
+function rollouts(): RolloutsResponse {
+  return {
+    t: 1, job: null, status: "active", counts: { generating: 1 }, unplaced: 0,
+    workers: [{ name: "w0", trajectories: 1, generating: 1, tool_call: 0, pending: 0, tokens: 5, predicted_remaining_tokens: 9 }],
+    trajectories: [], router_fields: false, groups: [], missing: [],
+  };
+}
+
+afterEach(() => vi.unstubAllGlobals());
+
+describe("GPU map page", () => {
+  it("renders the first answer, subscribes to each pool and follows its events", async () => {
+    answer(gpuMap("warm", 1));
+    const live = new FakeLive();
+    const page = gpusPage(context("/gpus", "", live));
+    await settle();
+    expect(page.element.querySelector('[data-gpu="0"]')!.getAttribute("data-state")).toBe("warm");
+    expect([...live.handlers.keys()]).toEqual(["gpus:gpu"]);
+    live.handlers.get("gpus:gpu")!(gpuMap("free", 4));
+    expect(page.element.querySelector('[data-gpu="0"]')!.getAttribute("data-state")).toBe("free");
+    expect(page.element.querySelector('[data-svc-queued="reward"]')!.textContent).toBe("4");
+    expect(page.element.querySelector("[data-missing]")!.textContent).toContain("restore counts");
+    page.destroy();
+    expect(live.handlers.size).toBe(0);
+  });
+
+  it("shows the server's reason when the pool filter is refused", async () => {
+    answer({ errors: [{ field: "pool", reason: "no GPU pool named 'x'" }] }, 400);
+    const page = gpusPage(context("/gpus", "?pool=x", new FakeLive()));
+    await settle();
+    expect(page.element.querySelector(".error")!.textContent).toBe("pool: no GPU pool named 'x'");
+  });
+});
+
+describe("Rollouts page", () => {
+  it("watches every job by default and one job when the URL names it", async () => {
+    answer(rollouts());
+    const live = new FakeLive();
+    rolloutsPage(context("/rollouts", "", live));
+    await settle();
+    expect([...live.handlers.keys()]).toEqual(["rollouts:all"]);
+    const oneJob = new FakeLive();
+    const page = rolloutsPage(context("/rollouts", "?job=7", oneJob));
+    await settle();
+    expect([...oneJob.handlers.keys()]).toEqual(["rollouts:7"]);
+    expect(page.element.querySelector('[data-worker-trajectories="w0"]')!.textContent).toBe("1");
+    expect(page.element.querySelector(".notice")!.textContent).toContain("not reported");
+  });
+});
