@@ -51,6 +51,9 @@ from workers.router.pool import WorkerPool
 from workers.router.trajectories import ABORTED, FINISHED
 
 MAX_DRAWS = 3  # draws of one candidate slot when its worker keeps being lost
+# Candidate j of prompt i samples with seed ``seed + SEED_STRIDE·i + j``: a larger pool extends
+# a smaller one with the same base seed (standard's M samples are DARTS's first M candidates).
+SEED_STRIDE = 4096
 KEPT, DROPPED, ABORTED_BY_GROUP, LOST = "kept", "dropped", "aborted", "lost"
 
 
@@ -186,12 +189,10 @@ class GroupRun:
 
     # ------------------------------------------------------------------ driving
     async def run(self) -> None:
-        offset = 0
         for run in self.prompts:
             for candidate in run.candidates:
-                seed = self.seed + offset + candidate.sample
+                seed = self.seed + SEED_STRIDE * run.index + candidate.sample
                 self._tasks.append(asyncio.ensure_future(self._draw(run, candidate, seed)))
-            offset += len(run.candidates)
         everything = asyncio.gather(*self._tasks)
         try:
             await asyncio.shield(everything)
@@ -219,7 +220,8 @@ class GroupRun:
             relay = candidate.relay = SampleRelay(
                 lambda relay, run=run: self._tokens(run, relay)  # type: ignore[misc]
             )
-            lost = await self._forward(run, candidate, relay, seed + (candidate.draws - 1) * 7919)
+            redraw = (candidate.draws - 1) * SEED_STRIDE * len(self.prompts)  # unused seeds
+            lost = await self._forward(run, candidate, relay, seed + redraw)
             if relay.cancel.is_set() or run.done:
                 return  # aborted by the group (or the client left): censored at its floor
             if self.failure is not None:
