@@ -104,6 +104,14 @@ def run_core(prompts: int, gpus: int, profiles: list[str], engines: list[str]) -
                     best_value
                 )
             rows["why"] = why_slower_or_faster(OURS, rows[OURS], best, rows[best])
+            if engine == "context":
+                # how overcommitted the KV pools are: trajectories per worker against the mean
+                # contexts one worker's pool holds (the previous epoch's mean context)
+                mean_context = workload.planner_history.mean_context_tokens
+                rows["trajectories_per_worker"] = len(workload.evaluation) / gpus
+                rows["kv_pool_mean_contexts_per_worker"] = (
+                    scenario.context.kv_capacity_tokens(1) / mean_context
+                )
             out[engine][profile] = rows
     return out
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,6 +99,7 @@ class _Scorer:
         group_model: GroupModel = "fluid",
         prefill_tokens_per_trajectory: float = 0.0,
         context: ContextGrowth | None = None,
+        batch_limits: Mapping[int, int] | None = None,
     ) -> None:
         self.lengths = lengths
         self.max_items = max_items
@@ -108,7 +109,7 @@ class _Scorer:
                 model,
                 m,
                 n,
-                batch_limit=None if batch_limit_per_gpu is None else batch_limit_per_gpu * m,
+                batch_limit=_batch_limit(m, batch_limit_per_gpu, batch_limits),
                 group_limit=None if group_limit_per_gpu is None else group_limit_per_gpu * m,
                 group_model=group_model,
                 prefill_tokens_per_trajectory=prefill_tokens_per_trajectory,
@@ -128,6 +129,12 @@ class _Scorer:
                 self.lengths, [self.costs[m] for m in plan], max_items=self.max_items
             )
         return self.cache[plan]
+
+
+def _batch_limit(mp: int, per_gpu: int | None, by_degree: Mapping[int, int] | None) -> int | None:
+    if by_degree is not None and mp in by_degree:
+        return by_degree[mp]
+    return None if per_gpu is None else per_gpu * mp
 
 
 def _random_sorted_allocation(budget: int, degrees: Sequence[int], rng: random.Random) -> list[int]:
@@ -193,8 +200,13 @@ def plan_parallelism(
     group_model: GroupModel = "fluid",
     prefill_tokens_per_trajectory: float = 0.0,
     context: ContextGrowth | None = None,
+    batch_limits: Mapping[int, int] | None = None,
 ) -> ParallelismPlan:
-    """Sort-initialised simulated annealing over MP degrees under ``gpu_budget`` GPUs."""
+    """Sort-initialised simulated annealing over MP degrees under ``gpu_budget`` GPUs.
+
+    ``batch_limits``: each degree's running-batch cap where it is not ``m ×`` the per-GPU one
+    (a KV pool that grows faster than the GPU count: the weights are split), so the annealer
+    scores a plan with the same caps the dispatch-time placement uses."""
     if gpu_budget < min(degrees):
         raise ValueError(f"budget {gpu_budget} is below the smallest MP degree {min(degrees)}")
     lengths = np.asarray(predicted_lengths, dtype=float)
@@ -211,6 +223,7 @@ def plan_parallelism(
         group_model,
         prefill_tokens_per_trajectory,
         context,
+        batch_limits,
     )
     current = tuple(_random_sorted_allocation(gpu_budget, degrees, rng))
     current_score = scorer.score(current, tie_weight)

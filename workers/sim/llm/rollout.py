@@ -20,7 +20,7 @@ from functools import partial
 
 import numpy as np
 
-from workers.algorithms.heddle.latency_model import MPLatencyModel
+from workers.algorithms.heddle.latency_model import MP_DEGREES, MPLatencyModel
 from workers.algorithms.heddle.migration import (
     MigrationRequest,
     TransmissionScheduler,
@@ -251,6 +251,11 @@ class RolloutSimulation:
                 group_model=self.scenario.group_model,
                 prefill_tokens_per_trajectory=self.history.prefill_tokens_per_trajectory,
                 context=self._context_growth,
+                batch_limits=(
+                    {m: self._batch_limit(m) for m in MP_DEGREES if m <= budget}
+                    if self._context_aware
+                    else None
+                ),
                 seed=self.scenario.seed,
             )
             degrees = plan.degrees

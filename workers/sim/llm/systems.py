@@ -33,7 +33,8 @@ class SystemConfig:
     planners (DP, annealer) see one profiled PTL curve per MP degree, else one MP-1 curve and an
     Amdahl κ (``workers.sim.llm.profiler``; the context engine only). ``context_aware_planner``:
     the DP and the annealer charge each member's own growing context (``placement``'s context
-    charge, context engine and fluid model only); ``False`` is the earlier planner, whose α was
+    charge, context engine and fluid model only) and the annealer scores plans with the same
+    per-degree batch caps as the dispatch-time DP; ``False`` is the earlier planner, whose α was
     profiled at the mean context."""
 
     name: str
