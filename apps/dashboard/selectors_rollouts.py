@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -32,6 +33,7 @@ log = logging.getLogger("loom.dashboard")
 
 TRAJECTORY_LIMIT = 200
 GROUP_LIMIT = 50
+GROUP_WINDOW = 2000  # newest grouped trajectories the groups shown are drawn from
 STATE_SCAN = 5000  # most router state entries read for priority and migrations
 STATE_PAGE = 500
 ACTIVE = "active"
@@ -44,8 +46,28 @@ MISSING = [
 ]
 
 
+ACTIVE_STATUSES = tuple(s for s in TrajectoryStatus.values if s not in TERMINAL_TRAJECTORY_STATUSES)
+ENDED_STATUSES = tuple(sorted(TERMINAL_TRAJECTORY_STATUSES))
+# Ended trajectories only grow in number (a count over all their rows), so live snapshots refresh
+# those counts at most this often, as ``live.snapshots.live_job_counts`` does for actions.
+ENDED_COUNTS_TTL_S = 10.0
+_ended_counts: dict[int | None, tuple[float, dict[str, int]]] = {}
+
+
 def _active(trajectories: QuerySet[Trajectory]) -> QuerySet[Trajectory]:
-    return trajectories.exclude(status__in=TERMINAL_TRAJECTORY_STATUSES)
+    return trajectories.filter(status__in=ACTIVE_STATUSES)
+
+
+def ended_counts(scope: QuerySet[Trajectory], job_id: int | None) -> dict[str, int]:
+    """Finished / aborted / failed trajectories of the scope, at most ``ENDED_COUNTS_TTL_S`` old."""
+    moment = time.monotonic()
+    cached = _ended_counts.get(job_id)
+    if cached is not None and moment - cached[0] <= ENDED_COUNTS_TTL_S:
+        return cached[1]
+    rows = scope.filter(status__in=ENDED_STATUSES).values("status").annotate(n=Count("id"))
+    counts = {row["status"]: row["n"] for row in rows}
+    _ended_counts[job_id] = (moment, counts)
+    return counts
 
 
 def router_live_fields(trajectory_ids: Iterable[int]) -> dict[int, dict[str, int]] | None:
@@ -112,42 +134,62 @@ def _trajectory_row(row: Trajectory, live: dict[int, dict[str, int]] | None) -> 
     }
 
 
-def worker_rows(trajectories: QuerySet[Trajectory]) -> list[dict[str, Any]]:
-    """Per LLM worker: the trajectories placed on it that have not ended, by status, their tokens
-    and predicted remaining tokens (Heddle's load: the work still to come, §5.1)."""
+def active_summary(scope: QuerySet[Trajectory]) -> dict[str, Any]:
+    """One pass over the trajectories that have not ended: per LLM worker its trajectories by
+    status, their tokens and predicted remaining tokens (Heddle's load: the work still to come,
+    §5.1), the counts per status and how many wait unplaced."""
     rows = (
-        _active(trajectories)
-        .exclude(llm_worker="")
-        .values("llm_worker")
-        .annotate(
-            trajectories=Count("id"),
-            generating=Count("id", filter=Q(status=TrajectoryStatus.GENERATING)),
-            tool_call=Count("id", filter=Q(status=TrajectoryStatus.TOOL_CALL)),
-            pending=Count("id", filter=Q(status=TrajectoryStatus.PENDING)),
-            tokens=Sum("tokens"),
-            predicted_remaining=Sum("predicted_remaining_tokens"),
-        )
-        .order_by("llm_worker")
+        _active(scope)
+        .values("llm_worker", "status")
+        .annotate(n=Count("id"), tokens=Sum("tokens"), predicted=Sum("predicted_remaining_tokens"))
+        .order_by("llm_worker", "status")
     )
-    return [
-        {
-            "name": row["llm_worker"],
-            "trajectories": row["trajectories"],
-            "generating": row["generating"],
-            "tool_call": row["tool_call"],
-            "pending": row["pending"],
-            "tokens": int(row["tokens"] or 0),
-            "predicted_remaining_tokens": int(row["predicted_remaining"] or 0),
-        }
-        for row in rows
-    ]
+    workers: dict[str, dict[str, Any]] = {}
+    counts = dict.fromkeys(ACTIVE_STATUSES, 0)
+    unplaced = 0
+    for row in rows:
+        counts[row["status"]] += row["n"]
+        if not row["llm_worker"]:
+            unplaced += row["n"]
+            continue
+        worker = workers.setdefault(
+            row["llm_worker"],
+            {
+                "name": row["llm_worker"],
+                "trajectories": 0,
+                **dict.fromkeys(ACTIVE_STATUSES, 0),
+                "tokens": 0,
+                "predicted_remaining_tokens": 0,
+            },
+        )
+        worker["trajectories"] += row["n"]
+        worker[row["status"]] += row["n"]
+        worker["tokens"] += int(row["tokens"] or 0)
+        worker["predicted_remaining_tokens"] += int(row["predicted"] or 0)
+    return {"workers": list(workers.values()), "counts": counts, "unplaced": unplaced}
 
 
-def group_rows(trajectories: QuerySet[Trajectory]) -> list[dict[str, Any]]:
-    """DARTS groups of the newest training steps: samples drawn, running, kept (finished) and
-    pruned (aborted) per prompt group (darts §4, tail pruning)."""
+def group_rows(scope: QuerySet[Trajectory]) -> list[dict[str, Any]]:
+    """DARTS groups among the newest ``GROUP_WINDOW`` grouped trajectories, newest first, each
+    counted in full: samples drawn, running, kept (finished) and pruned (aborted) per prompt
+    group (darts §4, tail pruning). Two queries, bounded whatever the table holds."""
+    keys: list[tuple[int, int, str]] = []
+    for key in (
+        scope.exclude(group_id="")
+        .order_by("-id")
+        .values_list("job_id", "training_step", "group_id")[:GROUP_WINDOW]
+    ):
+        if key not in keys:
+            keys.append(key)
+            if len(keys) == GROUP_LIMIT:
+                break
+    if not keys:
+        return []
+    which = Q()
+    for job_id, step, group in keys:
+        which |= Q(job_id=job_id, training_step=step, group_id=group)
     rows = (
-        trajectories.exclude(group_id="")
+        Trajectory.objects.filter(which)
         .values("job_id", "training_step", "group_id")
         .annotate(
             samples=Count("id"),
@@ -155,7 +197,7 @@ def group_rows(trajectories: QuerySet[Trajectory]) -> list[dict[str, Any]]:
             aborted=Count("id", filter=Q(status=TrajectoryStatus.ABORTED)),
             failed=Count("id", filter=Q(status=TrajectoryStatus.FAILED)),
         )
-        .order_by("-training_step", "-job_id", "group_id")[:GROUP_LIMIT]
+        .order_by("-training_step", "-job_id", "group_id")
     )
     return [
         {
@@ -190,14 +232,15 @@ def rollouts(
     )
     page = list(ordered[:limit])
     live = router_live_fields(row.pk for row in page)
-    counts = {row["status"]: row["n"] for row in scope.values("status").annotate(n=Count("id"))}
+    summary = active_summary(scope)
+    counts = {**summary["counts"], **ended_counts(scope, job.pk if job else None)}
     return {
         "t": now.timestamp(),
         "job": job.pk if job else None,
         "status": status,
         "counts": {value: counts.get(value, 0) for value in TrajectoryStatus.values},
-        "unplaced": _active(scope).filter(llm_worker="").count(),
-        "workers": worker_rows(scope),
+        "unplaced": summary["unplaced"],
+        "workers": summary["workers"],
         "trajectories": [_trajectory_row(row, live) for row in page],
         "router_fields": live is not None,
         "groups": group_rows(scope),

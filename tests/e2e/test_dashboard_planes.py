@@ -164,8 +164,8 @@ def test_rollouts_page_shows_workers_and_the_long_tail_live(page: Any, live: str
         "(id) => document.querySelector('[data-trajectory]')?.textContent === `#${id}`",
         arg=short_one,
     )
-    _wait_text(page, '[data-count="finished"]', "1")
-    assert page.locator(f'[data-trajectory="{long_one}"]').count() == 0
+    _wait_text(page, '[data-count="tool_call"]', "0")  # active counts are exact at once
+    page.wait_for_selector(f'[data-trajectory="{long_one}"]', state="detached")
     assert navigations == []
 
     page.select_option('select[name="status"]', "finished")

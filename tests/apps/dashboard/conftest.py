@@ -11,10 +11,13 @@ from django.utils import timezone
 
 @pytest.fixture(autouse=True)
 def fresh_live_caches() -> None:
-    """Live job counts cache ended-action counts for 10 s; ids repeat across tests."""
+    """Live job counts cache ended-action counts for 10 s, the Rollouts page its ended
+    trajectories' counts; ids repeat across tests."""
+    from apps.dashboard import selectors_rollouts
     from apps.dashboard.live import snapshots
 
     snapshots._terminal_counts.clear()
+    selectors_rollouts._ended_counts.clear()
 
 
 def _user_in_role(username: str, group_name: str | None) -> Any:

@@ -201,6 +201,37 @@ def test_rollouts_show_workers_trajectories_and_groups(operator_client: Any, job
     assert [t["id"] for t in finished_rows["trajectories"]] == [made["kept"].pk]
 
 
+def test_rollouts_count_ended_trajectories_at_most_ttl_late_and_active_ones_exactly(
+    operator_client: Any, job: Any, monkeypatch: Any
+) -> None:
+    from apps.dashboard import selectors_rollouts
+    from apps.trajectories.models import Trajectory
+
+    made = rollout(job)
+    assert operator_client.get(f"{API}/rollouts").json()["counts"]["finished"] == 1
+    Trajectory.objects.filter(pk=made["other"].pk).update(status="finished")
+    counts = operator_client.get(f"{API}/rollouts").json()["counts"]
+    assert (counts["generating"], counts["finished"]) == (1, 1)  # the ended count is cached
+    monkeypatch.setattr(selectors_rollouts, "ENDED_COUNTS_TTL_S", 0.0)
+    assert operator_client.get(f"{API}/rollouts").json()["counts"]["finished"] == 2
+
+
+def test_rollouts_show_the_newest_groups_counted_in_full(
+    operator_client: Any, job: Any, monkeypatch: Any
+) -> None:
+    from apps.dashboard import selectors_rollouts
+    from tests.factories import TrajectoryFactory
+
+    monkeypatch.setattr(selectors_rollouts, "GROUP_LIMIT", 2)
+    monkeypatch.setattr(selectors_rollouts, "GROUP_WINDOW", 3)
+    for step, group in ((1, "old"), (2, "a"), (2, "b"), (2, "a"), (3, "c"), (3, "c")):
+        TrajectoryFactory(job=job, training_step=step, group_id=group, status="finished")
+    rows = operator_client.get(f"{API}/rollouts").json()["groups"]
+    # The newest three grouped trajectories name groups c and a; a is counted in full (2).
+    shown = [(g["training_step"], g["group"], g["samples"]) for g in rows]
+    assert shown == [(3, "c", 2), (2, "a", 2)]
+
+
 def test_rollouts_filter_by_job_and_name_bad_input(operator_client: Any, job: Any) -> None:
     from tests.factories import JobFactory, TrajectoryFactory
 
@@ -225,11 +256,13 @@ def test_rollouts_filter_by_job_and_name_bad_input(operator_client: Any, job: An
 def test_rollouts_query_count_does_not_grow_with_trajectories(
     operator_client: Any, job: Any
 ) -> None:
+    from apps.dashboard import selectors_rollouts
     from tests.factories import TrajectoryFactory
 
     rollout(job)
 
     def count_queries() -> int:
+        selectors_rollouts._ended_counts.clear()  # counted afresh each time
         with CaptureQueriesContext(connection) as queries:
             assert operator_client.get(f"{API}/rollouts").status_code == 200
         return len(queries)
