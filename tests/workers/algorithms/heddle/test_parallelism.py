@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 
 from workers.algorithms.heddle.latency_model import MP_DEGREES, MPLatencyModel
-from workers.algorithms.heddle.parallelism import homogeneous_plan, plan_parallelism
+from workers.algorithms.heddle.parallelism import (
+    ContextGrowth,
+    homogeneous_plan,
+    plan_parallelism,
+)
 
 MODEL = MPLatencyModel()
 
@@ -56,3 +60,31 @@ def test_mp_latency_model_is_sublinear() -> None:
     capped = MODEL.alpha_curve(300, 1, batch_limit=50, group_limit=200)
     assert capped[100] == pytest.approx(MODEL.alpha_mp1(50) * 2)
     assert np.isinf(capped[201])
+
+
+def test_per_degree_batch_caps_reach_the_annealers_placement() -> None:
+    """A cap given per degree replaces ``m ×`` the per-GPU one in the plan's DP: the same plan
+    scored with a tighter cap on its only worker queues more, so its makespan grows."""
+    lengths = np.random.default_rng(3).lognormal(7, 0.6, 64)
+    loose = plan_parallelism(lengths, 8, MODEL, batch_limit_per_gpu=16, degrees=(8,))
+    tight = plan_parallelism(
+        lengths, 8, MODEL, batch_limit_per_gpu=16, degrees=(8,), batch_limits={8: 4}
+    )
+    assert loose.degrees == tight.degrees == (8,)
+    assert tight.makespan > loose.makespan
+
+
+def test_a_context_charge_reaches_the_annealers_placement() -> None:
+    """With a KV profile, the context charge adds every member's KV reads to the plan's score."""
+    lengths = np.random.default_rng(4).lognormal(7, 0.6, 64)
+    charged_model = MPLatencyModel(kv_profile=tuple((m, 1e-6, 1e9) for m in MP_DEGREES))
+    plain = plan_parallelism(lengths, 8, charged_model, batch_limit_per_gpu=16, degrees=(8,))
+    charged = plan_parallelism(
+        lengths,
+        8,
+        charged_model,
+        batch_limit_per_gpu=16,
+        degrees=(8,),
+        context=ContextGrowth(base_tokens=500.0, growth=1.2),
+    )
+    assert charged.makespan > plain.makespan
