@@ -1,4 +1,4 @@
-"""A tiny GPT (a few hundred thousand parameters) with a KV cache for batched sampling on CPU."""
+"""A small GPT (a few million parameters at the lab's size) with a KV cache for CPU sampling."""
 
 from __future__ import annotations
 

@@ -1,21 +1,27 @@
-"""A synthetic verifiable task with both of darts §3.2.2's tail patterns.
+"""A synthetic verifiable task with both of darts §3.2.2's tail patterns and a long length tail.
 
-A prompt is ``BOS T d1 … d8 =``: eight binary digits (``DIGITS_PER_PROMPT``, ``BASE = 2``) and a
-task token ``T``. Arithmetic is mod 2, i.e. XOR.
+Pointer chasing. A prompt is ``BOS Cc s f0 … f9 =``: a count token ``Cc`` with
+``c ∈ {1, …, 12}``, a start digit ``s`` and a random function ``f`` on the digits 0–9 written as
+its table ``f(0) … f(9)``. The answer is ``f^c(s)``, ``f`` applied ``c`` times, a digit: a
+uniform guess is right one time in ten (the benchmark reports the best guess that uses only the
+prompt's ``s`` and ``c``, measured on the held-out prompts).
 
-- ``E`` (easy, Pattern I "verbose and ineffective tails"): the answer is ``(d1 + d2) mod 2``. The
-  concise response ``A x EOS`` is enough; the policy may also ramble (``.`` tokens) before
-  answering, and rambling answers are less reliable ("trapped in incorrect logical loops").
-- ``H`` (hard, Pattern II "necessary and effective tails"): the answer is ``(d1 + … + d8) mod 2``.
-  A tiny model cannot sum eight digits in one token, but it can write the running sums
-  ``p2 … p8`` first (each one ``(prev + d) mod 2``, the easy skill) and then ``A p8 EOS``.
+- ``c = 1`` (easy, Pattern I "verbose and ineffective tails"): one table look-up; the model
+  answers ``A x EOS`` directly (three tokens). It may also ramble (``.`` tokens) before
+  answering, and rambling answers are right only half the time ("trapped in incorrect logical
+  loops").
+- ``c ≥ 2`` (hard, Pattern II "necessary and effective tails"): chaining ``c`` look-ups in one
+  token is beyond a three-layer model, but it can write the chain ``x1 … xc``
+  (``x_j = f(x_{j-1})``, ``x_0 = s``: one look-up per token) and then ``A xc EOS``: ``c + 3``
+  tokens. Short answers there are guesses (premature conclusions), and so are answers after a
+  ramble.
 
 A response is ``.* digits* A x EOS``; reward 1 when the digit after the first ``A`` is right and
 EOS follows it, else 0. A response that reaches ``MAX_RESPONSE`` tokens without EOS is truncated.
 
-Known limits of this testbed (left for a larger one): with ``BASE = 2`` a guess is right half
-the time, so short guesses on hard prompts are rewarded half the time; lengths are capped at
-``MAX_RESPONSE`` (max/mean length stays near 2, far from the papers' long tails).
+Ramble lengths in the demonstrations follow a discrete Pareto law with tail index 1
+(``P(r ≥ x) = 2/x`` up to ``MAX_RAMBLE``), so the warmed-up policy's response lengths are
+long-tailed (darts §3.2.1: a batch's longest response is many times its mean).
 """
 
 from __future__ import annotations
@@ -24,66 +30,77 @@ from dataclasses import dataclass
 
 import numpy as np
 
-PAD, BOS, EOS, ANSWER, RAMBLE, EASY, HARD, EQUALS = range(8)
-DIGIT0 = 8
-VOCAB_SIZE = DIGIT0 + 10
-DIGITS_PER_PROMPT = 8
-PROMPT_LENGTH = 2 + DIGITS_PER_PROMPT + 1
-MAX_RESPONSE = 24
-BASE = 2  # bits, arithmetic mod 2 (XOR): a skill a CPU warm-up learns in well under a minute
+PAD, BOS, EOS, ANSWER, RAMBLE, EQUALS = range(6)
+DIGIT0 = 6
+BASE = 10
+MIN_COUNT, MAX_COUNT = 1, 12
+COUNT0 = DIGIT0 + BASE  # the token of count c is COUNT0 + c - MIN_COUNT
+VOCAB_SIZE = COUNT0 + MAX_COUNT - MIN_COUNT + 1
+PROMPT_LENGTH = 3 + BASE + 1
+MAX_RESPONSE = 96
+MAX_RAMBLE = MAX_RESPONSE - 6
+EASY_SHARE = 0.4  # share of prompts with c = 1; the rest draw c uniformly from 2 … 12
 
-_SYMBOLS = {
-    PAD: "_",
-    BOS: "^",
-    EOS: "$",
-    ANSWER: "A",
-    RAMBLE: ".",
-    EASY: "E",
-    HARD: "H",
-    EQUALS: "=",
-}
+# Demonstration mix of the style warm-up: (concise answer, chain, ramble) shares.
+EASY_STYLE = (0.5, 0.15, 0.35)
+HARD_STYLE = (0.2, 0.45, 0.35)  # a concise answer to a hard prompt is a guess
+RAMBLE_ANSWER_RIGHT = 0.5  # an easy prompt's answer after rambling is right this often
+
+_SYMBOLS = {PAD: "_", BOS: "^", EOS: "$", ANSWER: "A", RAMBLE: ".", EQUALS: "="}
 
 
 @dataclass(frozen=True)
 class Prompt:
     """One task instance; ``key`` identifies it across epochs (the variance store's prompt id)."""
 
-    hard: bool
-    digits: tuple[int, ...]
+    count: int
+    start: int
+    table: tuple[int, ...]
+
+    @property
+    def hard(self) -> bool:
+        return self.count > MIN_COUNT
 
     @property
     def key(self) -> str:
-        return ("H" if self.hard else "E") + "".join(map(str, self.digits))
+        return f"{self.count}:{self.start}:" + "".join(map(str, self.table))
 
     @property
     def tokens(self) -> list[int]:
-        return [BOS, HARD if self.hard else EASY, *(DIGIT0 + d for d in self.digits), EQUALS]
+        return [
+            BOS,
+            COUNT0 + self.count - MIN_COUNT,
+            DIGIT0 + self.start,
+            *(DIGIT0 + d for d in self.table),
+            EQUALS,
+        ]
+
+    def chain(self) -> list[int]:
+        """``x1 … xc``: the chain of look-ups (its last entry is the answer)."""
+        values, current = [], self.start
+        for _ in range(self.count):
+            current = self.table[current]
+            values.append(current)
+        return values
 
     @property
     def answer(self) -> int:
-        if self.hard:
-            return sum(self.digits) % BASE
-        return (self.digits[0] + self.digits[1]) % BASE
-
-    def running_sums(self) -> list[int]:
-        """``p2 … p8``: the chain of thought a hard prompt needs."""
-        sums, total = [], self.digits[0]
-        for digit in self.digits[1:]:
-            total = (total + digit) % BASE
-            sums.append(total)
-        return sums
+        return self.chain()[-1]
 
 
 def make_prompts(
     count: int, rng: np.random.Generator, exclude: set[str] | None = None
 ) -> list[Prompt]:
-    """``count`` distinct prompts, half easy and half hard, none whose key is in ``exclude``."""
+    """``count`` distinct prompts (``EASY_SHARE`` easy), none whose key is in ``exclude``."""
     taken = set() if exclude is None else set(exclude)
     prompts: list[Prompt] = []
     while len(prompts) < count:
-        hard = len(prompts) % 2 == 1
+        easy = rng.random() < EASY_SHARE
+        steps = MIN_COUNT if easy else int(rng.integers(MIN_COUNT + 1, MAX_COUNT + 1))
         prompt = Prompt(
-            hard=hard, digits=tuple(int(d) for d in rng.integers(0, BASE, DIGITS_PER_PROMPT))
+            count=steps,
+            start=int(rng.integers(0, BASE)),
+            table=tuple(int(d) for d in rng.integers(0, BASE, BASE)),
         )
         if prompt.key in taken:
             continue
@@ -92,32 +109,36 @@ def make_prompts(
     return prompts
 
 
+def _answer(digit: int) -> list[int]:
+    return [ANSWER, DIGIT0 + digit, EOS]
+
+
+def _chain_response(prompt: Prompt) -> list[int]:
+    return [*(DIGIT0 + x for x in prompt.chain()), *_answer(prompt.answer)]
+
+
 def skill_demonstration(prompt: Prompt) -> list[int]:
-    """The clean response: concise for easy prompts, chain of thought for hard ones."""
-    if not prompt.hard:
-        return [ANSWER, DIGIT0 + prompt.answer, EOS]
-    thought = [DIGIT0 + s for s in prompt.running_sums()]
-    return [*thought, ANSWER, DIGIT0 + prompt.answer, EOS]
+    """The clean response: direct answer for c = 1, the chain then the answer otherwise."""
+    return _answer(prompt.answer) if not prompt.hard else _chain_response(prompt)
+
+
+def ramble_length(rng: np.random.Generator) -> int:
+    """Discrete Pareto, tail index 1: ``P(r ≥ x) = 2/x`` for ``2 ≤ x ≤ MAX_RAMBLE``."""
+    return int(min(MAX_RAMBLE, np.floor(2.0 / (1.0 - rng.random()))))
 
 
 def demonstration(prompt: Prompt, rng: np.random.Generator) -> list[int]:
-    """A supervised response in the style of a verbose base model (the SFT warm-up's data).
-
-    Easy: 30% concise, 70% rambling 2–20 tokens first, and a rambling answer is wrong 20% of the
-    time. Hard: 50% chain of thought, 50% a guess (after 0–20 rambling tokens).
-    """
-    ramble: list[int]
-    if not prompt.hard:
-        if rng.random() < 0.3:
-            return [ANSWER, DIGIT0 + prompt.answer, EOS]
-        ramble = [RAMBLE] * int(rng.integers(2, 21))
-        answer = prompt.answer if rng.random() >= 0.2 else int(rng.integers(0, BASE))
-        return [*ramble, ANSWER, DIGIT0 + answer, EOS]
-    if rng.random() < 0.5:
-        thought = [DIGIT0 + s for s in prompt.running_sums()]
-        return [*thought, ANSWER, DIGIT0 + prompt.answer, EOS]
-    ramble = [RAMBLE] * int(rng.integers(0, 21))
-    return [*ramble, ANSWER, DIGIT0 + int(rng.integers(0, BASE)), EOS]
+    """One response of the verbose, noisy mix the style warm-up fits (before RL)."""
+    concise, chain, _ = EASY_STYLE if not prompt.hard else HARD_STYLE
+    draw = rng.random()
+    guess = int(rng.integers(0, BASE))
+    if draw < concise:
+        return _answer(prompt.answer if not prompt.hard else guess)
+    if draw < concise + chain:
+        return _chain_response(prompt)
+    ramble = [RAMBLE] * ramble_length(rng)
+    right = not prompt.hard and rng.random() < RAMBLE_ANSWER_RIGHT
+    return [*ramble, *_answer(prompt.answer if right else guess)]
 
 
 def score(prompt: Prompt, response: list[int]) -> float:
@@ -129,6 +150,25 @@ def score(prompt: Prompt, response: list[int]) -> float:
     return 1.0 if tail == [DIGIT0 + prompt.answer, EOS] else 0.0
 
 
+def best_guess_accuracy(prompts: list[Prompt]) -> float:
+    """Accuracy of the best answer rule that reads only ``c`` and ``s`` (no look-up): per count,
+    the better of a uniform guess (``1/BASE``; ``f`` is uniform, so no fixed digit does better)
+    and "answer ``s``" (right when ``s`` lies on a cycle whose length divides ``c``)."""
+    if not prompts:
+        return 0.0
+    by_count: dict[int, list[Prompt]] = {}
+    for prompt in prompts:
+        by_count.setdefault(prompt.count, []).append(prompt)
+    right = 0.0
+    for group in by_count.values():
+        echo = float(np.mean([p.answer == p.start for p in group]))
+        right += max(1.0 / BASE, echo) * len(group)
+    return right / len(prompts)
+
+
 def render(tokens: list[int]) -> str:
     """Human-readable tokens (debugging and the benchmark's example printout)."""
-    return "".join(_SYMBOLS.get(t, str(t - DIGIT0)) for t in tokens)
+    names = dict(_SYMBOLS)
+    names.update({DIGIT0 + d: str(d) for d in range(BASE)})
+    names.update({COUNT0 + c - MIN_COUNT: f"C{c}" for c in range(MIN_COUNT, MAX_COUNT + 1)})
+    return " ".join(names.get(t, "?") for t in tokens)

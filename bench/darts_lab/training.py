@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -11,8 +12,6 @@ from torch.nn import functional as F
 from bench.darts_lab.model import TinyCausalLM
 from bench.darts_lab.rollout import generate
 from bench.darts_lab.task import (
-    ANSWER,
-    MAX_RESPONSE,
     PAD,
     PROMPT_LENGTH,
     Prompt,
@@ -25,8 +24,12 @@ from bench.darts_lab.task import (
 def _batch_tensors(
     prompts: Sequence[Prompt], responses: Sequence[Sequence[int]]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Inputs, targets and the response-token mask for next-token training."""
-    width = PROMPT_LENGTH + MAX_RESPONSE
+    """Inputs, targets and the response-token mask for next-token training.
+
+    Padded to the longest sequence of this batch only (the long tail is rare), not to the
+    context length.
+    """
+    width = PROMPT_LENGTH + max((len(r) for r in responses), default=0)
     sequences = torch.full((len(prompts), width), PAD, dtype=torch.long)
     mask = torch.zeros((len(prompts), width - 1))
     for row, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
@@ -49,60 +52,66 @@ def response_log_probs(
 
 def supervised_warmup(
     model: TinyCausalLM,
-    train_prompts: Sequence[Prompt],
+    draw_prompts: Callable[[int], list[Prompt]],
     *,
     skill_max_steps: int,
     style_steps: int,
     batch_size: int,
-    learning_rate: float,
+    skill_learning_rate: float,
+    style_learning_rate: float,
     rng: np.random.Generator,
     skill_accuracy: float = 0.98,
 ) -> tuple[list[float], int]:
-    """Two-phase supervised warm-up: the skill first, then the verbose style.
+    """Two-phase supervised warm-up on fresh prompts: the skill first, then the verbose style.
 
-    Phase 1 teaches the clean responses (XOR, concise or with running sums) until the batch's
-    teacher-forced accuracy on answer digits, averaged over the last 20 batches, reaches
-    ``skill_accuracy`` (small transformers learn this after
-    a plateau of unpredictable length) or ``skill_max_steps``. Phase 2 fits the verbose
-    demonstration mix (rambling, guessing) for ``style_steps``, so GRPO starts from a policy that
-    can answer but has the long, noisy length distribution of darts §3.2.
-    Returns the losses and the number of skill steps taken.
+    Phase 1 teaches the clean responses (a direct answer for one look-up, the chain of look-ups
+    otherwise) until the teacher-forced accuracy over their tokens, averaged over the last 20
+    batches, reaches ``skill_accuracy`` or ``skill_max_steps`` pass. Phase 2 fits the verbose
+    demonstration mix (rambling, guessing) for ``style_steps`` at a lower rate, so GRPO starts
+    from a policy that can answer but has the long, noisy length distribution of darts §3.2.
+    ``draw_prompts(n)`` gives ``n`` new prompts per batch (never the RL or held-out sets, so the
+    skill is learnt rather than memorised). Returns the losses and the number of skill steps.
     """
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     losses: list[float] = []
-    skill_steps = 0
     recent: list[float] = []
-    in_skill_phase = True
-    step = 0
-    while True:
-        if in_skill_phase and skill_steps >= skill_max_steps:
-            in_skill_phase = False
-        if not in_skill_phase and step >= skill_steps + style_steps:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=skill_learning_rate, weight_decay=0.0)
+    skill_steps = 0
+    while skill_steps < skill_max_steps:
+        prompts = draw_prompts(batch_size)
+        loss, accuracy = _supervised_step(
+            model, optimizer, prompts, [skill_demonstration(p) for p in prompts]
+        )
+        losses.append(loss)
+        recent.append(accuracy)
+        skill_steps += 1
+        if len(recent) >= 20 and float(np.mean(recent[-20:])) >= skill_accuracy:
             break
-        picks = rng.integers(0, len(train_prompts), batch_size)
-        prompts = [train_prompts[i] for i in picks]
-        if in_skill_phase:
-            responses = [skill_demonstration(p) for p in prompts]
-        else:
-            responses = [demonstration(p, rng) for p in prompts]
-        inputs, targets, mask = _batch_tensors(prompts, responses)
-        logits = model(inputs)
-        per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
-        loss = (per_token * mask).sum() / mask.sum()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
-        step += 1
-        if in_skill_phase:
-            skill_steps += 1
-            # the answer digit (the token after ANSWER) is the skill; the rest is format
-            answer_slots = (inputs == ANSWER).float() * mask
-            hits = (logits.detach().argmax(dim=-1) == targets).float()
-            recent.append(float((hits * answer_slots).sum() / answer_slots.sum()))
-            if len(recent) >= 20 and float(np.mean(recent[-20:])) >= skill_accuracy:
-                in_skill_phase = False
+    optimizer = torch.optim.AdamW(model.parameters(), lr=style_learning_rate, weight_decay=0.0)
+    for _ in range(style_steps):
+        prompts = draw_prompts(batch_size)
+        loss, _ = _supervised_step(
+            model, optimizer, prompts, [demonstration(p, rng) for p in prompts]
+        )
+        losses.append(loss)
     return losses, skill_steps
+
+
+def _supervised_step(
+    model: TinyCausalLM,
+    optimizer: torch.optim.Optimizer,
+    prompts: Sequence[Prompt],
+    responses: Sequence[Sequence[int]],
+) -> tuple[float, float]:
+    """One next-token step on the responses; returns the loss and the token accuracy."""
+    inputs, targets, mask = _batch_tensors(prompts, responses)
+    logits = model(inputs)
+    per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    loss = (per_token * mask).sum() / mask.sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    hits = (logits.detach().argmax(dim=-1) == targets).float()
+    return float(loss.detach()), float((hits * mask).sum() / mask.sum())
 
 
 def group_advantages(rewards: Sequence[float]) -> np.ndarray:
@@ -120,26 +129,67 @@ def policy_gradient_step(
     prompts: Sequence[Prompt],
     responses: Sequence[Sequence[int]],
     advantages: Sequence[float],
+    micro_batch: int = 32,
 ) -> float:
     """One on-policy GRPO update with a token-level mean loss (DAPO, as darts §5.1 uses).
 
     ``loss = −Σ_i Σ_t A_i · log π(y_i,t) / Σ_i |y_i|``. Zero-advantage samples add no gradient,
-    so they are left out of the forward pass but still count in the token normaliser.
+    so they are left out of the forward pass but still count in the token normaliser. The rest
+    run in micro-batches of similar length (gradients accumulate), so one long-tail response
+    does not pad every other row to its length.
     """
     total_tokens = sum(len(r) for r in responses)
-    chosen = [i for i, a in enumerate(advantages) if a != 0.0]
+    chosen = sorted(
+        (i for i, a in enumerate(advantages) if a != 0.0), key=lambda i: len(responses[i])
+    )
     if not chosen or total_tokens == 0:
         return 0.0
-    log_probs, mask = response_log_probs(
-        model, [prompts[i] for i in chosen], [responses[i] for i in chosen]
-    )
-    weights = torch.tensor([advantages[i] for i in chosen], dtype=torch.float32)[:, None]
-    loss = -(weights * log_probs * mask).sum() / total_tokens
     optimizer.zero_grad()
-    loss.backward()
+    total = 0.0
+    for begin in range(0, len(chosen), micro_batch):
+        rows = chosen[begin : begin + micro_batch]
+        log_probs, mask = response_log_probs(
+            model, [prompts[i] for i in rows], [responses[i] for i in rows]
+        )
+        weights = torch.tensor([advantages[i] for i in rows], dtype=torch.float32)[:, None]
+        loss = -(weights * log_probs * mask).sum() / total_tokens
+        loss.backward()
+        total += float(loss.detach())
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
-    return float(loss.detach())
+    return total
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Held-out accuracy (overall, easy, hard) and the sampled response lengths by prompt kind."""
+
+    accuracy: float
+    accuracy_easy: float
+    accuracy_hard: float
+    lengths_easy: list[int]
+    lengths_hard: list[int]
+
+    @property
+    def mean_length(self) -> float:
+        every = self.lengths_easy + self.lengths_hard
+        return float(np.mean(every)) if every else 0.0
+
+    @property
+    def max_over_mean_length(self) -> float:
+        """The tail's weight: the longest sampled response over the mean (darts §3.2.1)."""
+        every = self.lengths_easy + self.lengths_hard
+        return float(max(every) / np.mean(every)) if every else 0.0
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "accuracy": self.accuracy,
+            "accuracy_easy": self.accuracy_easy,
+            "accuracy_hard": self.accuracy_hard,
+            "mean_length": self.mean_length,
+            "max_length": float(max(self.lengths_easy + self.lengths_hard, default=0)),
+            "max_over_mean_length": self.max_over_mean_length,
+        }
 
 
 def evaluate(
@@ -147,34 +197,29 @@ def evaluate(
     prompts: Sequence[Prompt],
     generator: torch.Generator,
     samples: int = 2,
-) -> dict[str, float]:
-    """Held-out accuracy (overall, easy, hard) and mean length of ``samples`` sampled responses.
+) -> Evaluation:
+    """Held-out accuracy and lengths of ``samples`` responses per prompt, sampled at temperature 1.
 
-    Sampled at temperature 1, the way rollouts are, rather than greedily: with several response
-    modes per prompt (concise, rambling, chain of thought) the greedy path tells little about the
-    policy, and the expected reward is what GRPO optimises.
+    Sampled the way rollouts are rather than greedily: with several response modes per prompt
+    (concise, rambling, chain of look-ups) the greedy path tells little about the policy, and the
+    expected reward is what GRPO optimises.
     """
     outputs = generate(model, prompts, [samples] * len(prompts), generator)
     rewards = np.array(
         [[score(p, s.tokens) for s in out] for p, out in zip(prompts, outputs, strict=True)]
     ).mean(axis=1)
-    lengths = np.array([np.mean([len(s.tokens) for s in out]) for out in outputs])
     hard = np.array([p.hard for p in prompts])
-    return {
-        "accuracy": float(rewards.mean()),
-        "accuracy_easy": float(rewards[~hard].mean()) if (~hard).any() else float("nan"),
-        "accuracy_hard": float(rewards[hard].mean()) if hard.any() else float("nan"),
-        "mean_length": float(lengths.mean()),
-    }
-
-
-def sampled_lengths(
-    model: TinyCausalLM, prompts: Sequence[Prompt], samples: int, generator: torch.Generator
-) -> dict[str, list[int]]:
-    """The policy's response-length distribution (temperature 1) split by prompt kind."""
-    outputs = generate(model, prompts, [samples] * len(prompts), generator)
-    easy = [
-        len(s.tokens) for p, out in zip(prompts, outputs, strict=True) if not p.hard for s in out
-    ]
-    hard = [len(s.tokens) for p, out in zip(prompts, outputs, strict=True) if p.hard for s in out]
-    return {"easy": easy, "hard": hard}
+    return Evaluation(
+        accuracy=float(rewards.mean()),
+        accuracy_easy=float(rewards[~hard].mean()) if (~hard).any() else float("nan"),
+        accuracy_hard=float(rewards[hard].mean()) if hard.any() else float("nan"),
+        lengths_easy=[
+            len(s.tokens)
+            for p, out in zip(prompts, outputs, strict=True)
+            if not p.hard
+            for s in out
+        ],
+        lengths_hard=[
+            len(s.tokens) for p, out in zip(prompts, outputs, strict=True) if p.hard for s in out
+        ],
+    )

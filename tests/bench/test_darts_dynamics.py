@@ -1,13 +1,15 @@
-"""The GRPO lab at a tiny size: finite losses, right shapes, DARTS decisions actually applied."""
+"""The GRPO lab at a tiny size: the task, finite losses, right shapes, DARTS and Tail Batching
+decisions actually applied; and the benchmark's quick mode end to end."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import pytest
 import torch
 
-from bench.darts_dynamics import end_of_training
+from bench.darts_dynamics import confidence_interval, run, summarise, versus_standard
 from bench.darts_lab.experiment import ARMS, LabConfig, run_lab
 from bench.darts_lab.model import ModelConfig, TinyCausalLM
 from bench.darts_lab.rollout import generate
@@ -15,19 +17,27 @@ from bench.darts_lab.task import (
     ANSWER,
     DIGIT0,
     EOS,
+    MAX_RAMBLE,
     MAX_RESPONSE,
     PROMPT_LENGTH,
+    RAMBLE,
     VOCAB_SIZE,
     Prompt,
+    best_guess_accuracy,
+    demonstration,
+    make_prompts,
+    ramble_length,
     score,
+    skill_demonstration,
 )
 from bench.darts_lab.training import group_advantages, response_log_probs
 
 TINY = LabConfig(
+    seeds=(0, 1),
     width=32,
     layers=1,
     heads=2,
-    train_prompts=16,
+    train_prompts=24,
     heldout_prompts=8,
     warmup_skill_max_steps=3,
     warmup_style_steps=2,
@@ -35,18 +45,49 @@ TINY = LabConfig(
     rl_steps=3,
     prompts_per_step=4,
     group_size=4,
-    distribution_samples=1,
+    eval_every=2,
+    eval_prompts=4,
+    final_eval_samples=1,
 )
 
+TABLE = (3, 0, 7, 1, 1, 9, 2, 4, 6, 5)  # f(0) = 3, f(3) = 1, f(1) = 0
 
-def test_task_scoring():
-    easy = Prompt(hard=False, digits=(1, 1, 0, 0, 0, 0, 0, 1))
-    hard = Prompt(hard=True, digits=(1, 1, 0, 0, 0, 0, 0, 1))
-    assert (easy.answer, hard.answer) == (0, 1)
-    assert score(easy, [ANSWER, DIGIT0 + 0, EOS]) == 1.0
-    assert score(easy, [ANSWER, DIGIT0 + 1, EOS]) == 0.0
-    assert score(easy, [ANSWER, DIGIT0 + 0]) == 0.0  # truncated before EOS
-    assert hard.running_sums() == [0, 0, 0, 0, 0, 0, 1]
+
+def test_task_answer_is_the_chain_of_lookups():
+    easy = Prompt(count=1, start=0, table=TABLE)
+    hard = Prompt(count=4, start=0, table=TABLE)
+    assert not easy.hard and hard.hard
+    assert easy.answer == 3
+    assert hard.chain() == [3, 1, 0, 3]
+    assert len(easy.tokens) == len(hard.tokens) == PROMPT_LENGTH
+    assert score(hard, [ANSWER, DIGIT0 + 3, EOS]) == 1.0
+    assert score(hard, [ANSWER, DIGIT0 + 3]) == 0.0  # truncated before EOS
+    assert score(hard, [RAMBLE, ANSWER, DIGIT0 + 4, EOS]) == 0.0
+    assert skill_demonstration(easy) == [ANSWER, DIGIT0 + 3, EOS]
+    assert skill_demonstration(hard)[:-3] == [DIGIT0 + x for x in [3, 1, 0, 3]]
+    assert all(score(p, skill_demonstration(p)) == 1.0 for p in (easy, hard))
+
+
+def test_prompts_are_distinct_and_guessing_is_rarely_right():
+    rng = np.random.default_rng(0)
+    prompts = make_prompts(400, rng)
+    assert len({p.key for p in prompts}) == 400
+    assert 0.3 < np.mean([not p.hard for p in prompts]) < 0.5
+    assert best_guess_accuracy(prompts) < 0.35
+    heldout = make_prompts(50, rng, exclude={p.key for p in prompts})
+    assert not {p.key for p in heldout} & {p.key for p in prompts}
+
+
+def test_demonstrations_have_a_long_tail():
+    rng = np.random.default_rng(1)
+    rambles = [ramble_length(rng) for _ in range(4000)]
+    assert min(rambles) >= 2 and max(rambles) <= MAX_RAMBLE
+    # P(r >= x) = 2/x: about a fifth of rambles reach 10 tokens
+    assert 0.15 < np.mean(np.asarray(rambles) >= 10) < 0.25
+    prompts = make_prompts(300, rng)
+    lengths = [len(demonstration(p, rng)) for p in prompts]
+    assert max(lengths) <= MAX_RESPONSE
+    assert max(lengths) >= 8 * np.mean(lengths)
 
 
 def test_group_advantages():
@@ -59,7 +100,7 @@ def test_group_advantages():
 def test_generation_shapes_and_abort_hook():
     torch.manual_seed(0)
     model = TinyCausalLM(ModelConfig(VOCAB_SIZE, PROMPT_LENGTH + MAX_RESPONSE, 32, 1, 2))
-    prompts = [Prompt(hard=False, digits=(0,) * 8), Prompt(hard=True, digits=(1,) * 8)]
+    prompts = [Prompt(count=1, start=2, table=TABLE), Prompt(count=5, start=9, table=TABLE)]
     seen: list[tuple[int, int]] = []
 
     def on_finished(prompt_index, sample, length, truncated):
@@ -77,33 +118,68 @@ def test_generation_shapes_and_abort_hook():
             assert sample.finished != sample.aborted
     # each prompt's first finisher aborted the rest of its group
     assert [sum(not s.aborted for s in samples) >= 1 for samples in outputs] == [True, True]
-    log_probs, mask = response_log_probs(model, [prompts[0]], [outputs[0][0].tokens])
-    assert log_probs.shape == mask.shape == (1, PROMPT_LENGTH + MAX_RESPONSE - 1)
-    assert int(mask.sum()) == len(outputs[0][0].tokens)
+    responses = [outputs[0][0].tokens, [DIGIT0 + 1, ANSWER, DIGIT0 + 1, EOS]]
+    log_probs, mask = response_log_probs(model, prompts, responses)
+    assert log_probs.shape == mask.shape == (2, PROMPT_LENGTH + max(map(len, responses)) - 1)
+    assert mask.sum(dim=1).tolist() == [float(len(r)) for r in responses]
     assert torch.all(log_probs <= 0)
 
 
-def test_tiny_lab_runs_both_arms():
-    result = run_lab(TINY)
+def test_confidence_interval():
+    single = confidence_interval([0.5])
+    assert single["low"] == single["high"] == 0.5
+    interval = confidence_interval([1.0, 2.0, 3.0])
+    assert interval["mean"] == 2.0
+    # t(0.975, 2) = 4.303, sd = 1, n = 3
+    assert interval["half_width"] == pytest.approx(4.303 / math.sqrt(3), rel=1e-3)
+
+
+def test_tiny_lab_runs_every_arm_and_seed():
+    result = run_lab(TINY, cache_dir=None)
     assert set(result.arms) == set(ARMS)
-    assert all(math.isfinite(loss) for loss in result.warmup_losses)
-    for name, arm in result.arms.items():
-        assert len(arm.steps) == TINY.rl_steps
-        for step in arm.steps:
-            assert math.isfinite(step.loss)
-            assert step.samples_kept == TINY.prompts_per_step * TINY.group_size
-            assert step.tokens_generated > 0
-            assert 0.0 <= step.heldout_accuracy <= 1.0
-            assert step.generated_p99_length <= MAX_RESPONSE
-        if name == "standard":
-            assert all(s.samples_generated == s.samples_kept for s in arm.steps)
-            assert all(s.baseline_shift_easy == s.baseline_shift_hard == 0.0 for s in arm.steps)
-        else:
-            budgets = [s.total_budget for s in arm.steps]
-            assert all(16 <= b <= 32 for b in budgets)
-            assert arm.steps[0].total_budget == 16  # no history yet: standard-sized first step
-        if name == "darts_no_pruning":
-            assert all(s.samples_aborted == 0 for s in arm.steps)
-    summary = end_of_training(result)
-    assert all(np.isfinite(v) for arm in summary.values() for v in arm.values())
-    assert result.to_json()["arms"]["darts"]["steps"][0]["step"] == 0
+    assert all(math.isfinite(loss) for loss in result.warmup.losses)
+    n, m = TINY.prompts_per_step, TINY.group_size
+    for name, runs in result.arms.items():
+        assert [r.seed for r in runs] == list(TINY.seeds)
+        for run_result in runs:
+            steps = run_result.steps
+            assert len(steps) == TINY.rl_steps
+            assert [e["step"] for e in run_result.evaluations] == [2.0, 3.0]
+            assert 0.0 <= run_result.final["accuracy"] <= 1.0
+            for step in steps:
+                assert math.isfinite(step.loss)
+                assert step.tokens_generated > 0
+                assert step.generated_max_length <= MAX_RESPONSE
+            if name == "standard":
+                assert all(s.samples_generated == s.samples_kept == n * m for s in steps)
+            elif name.startswith("darts"):
+                assert all(s.samples_kept == n * m for s in steps)
+                assert all(n * m <= s.total_budget <= 2 * n * m for s in steps)
+                assert steps[0].total_budget == n * m  # no history yet: standard-sized
+            else:
+                # a short round over 2N prompts trains the N groups that completed first
+                first = steps[0]
+                assert first.round_kind == "short"
+                assert first.samples_generated == 2 * n * m
+                assert first.prompts_trained == n
+                assert first.samples_aborted > 0
+        if name == "darts_budget_1.5NM":
+            assert all(s.total_budget == 24 for s in runs[0].steps[1:])
+    summary = summarise(result)
+    assert summary["darts"]["across_seeds"]["tokens_per_step"]["n"] == 2.0
+    comparison = versus_standard(result)
+    assert set(comparison) == set(ARMS) - {"standard"}
+    assert result.to_json()["arms"]["darts"][0]["steps"][0]["step"] == 0
+
+
+def test_quick_mode_reports_every_target():
+    report = run(quick=True)
+    assert report.quick
+    names = {t.name for t in report.targets}
+    assert names == {
+        "darts_token_reduction_per_step_vs_standard",
+        "darts_heldout_accuracy_minus_standard_ci_low",
+        "warmup_policy_max_over_mean_length",
+    }
+    assert all(math.isfinite(t.value) for t in report.targets)
+    assert set(report.series["summary"]) == set(ARMS)

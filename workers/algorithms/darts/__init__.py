@@ -30,6 +30,7 @@ from workers.algorithms.darts.sampling import (
     sampling_mode,
     select_training_groups,
 )
+from workers.algorithms.darts.tail_batching import TailBatchingPlanner, TailBatchingRound
 from workers.algorithms.darts.variance_store import (
     InMemoryLengthVarianceStore,
     LengthVarianceStore,
@@ -45,6 +46,8 @@ __all__ = [
     "LengthMomentsEMA",
     "LengthVarianceStore",
     "SamplingMode",
+    "TailBatchingPlanner",
+    "TailBatchingRound",
     "adaptive_total_budget",
     "allocate_redundancy",
     "allocation_objective",

@@ -6,6 +6,8 @@ the prompts are deferred to a dedicated queue; whenever ``N`` have gathered they
 from scratch in one long round (all ``M`` samples, no over-provisioning). Once the fresh stream
 runs out, the rest of the queue is flushed in rounds of at most ``N``. Every round is one training
 step of the groups it completed, so an epoch trains every prompt once, as the other strategies do.
+The round planning is :class:`workers.algorithms.darts.TailBatchingPlanner` (shared with the
+GRPO lab); this module runs each round on the simulated workers.
 
 A re-computation draws new samples (pool slots ``M .. 2M−1``: independent draws from the same
 prompt); the work thrown away by the abort is counted in the round that threw it away.
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from workers.algorithms.darts import TailBatchingPlanner
 from workers.sim.darts.rollout import StrategyResult, simulate_batch
 from workers.sim.darts.scenario import ScenarioConfig
 
@@ -26,40 +29,27 @@ def run_tail_batching(
     config: ScenarioConfig, pools: Sequence[np.ndarray], ratio: float
 ) -> list[StrategyResult]:
     """Every round of one epoch over ``pools`` (one per prompt, ``2M`` draws each)."""
-    n, m = config.prompts, config.group_size
-    if ratio < 1.0:
-        raise ValueError("Tail Batching over-provisions: ratio must be at least 1")
-    wide = max(n, round(ratio * n))
+    m = config.group_size
+    planner: TailBatchingPlanner[int] = TailBatchingPlanner(config.prompts, ratio)
     fresh = deque(range(len(pools)))
-    deferred: list[int] = []
     rounds: list[StrategyResult] = []
-
-    def long_round(prompts: list[int]) -> None:
-        batch = [pools[p][m : 2 * m] for p in prompts]
-        rounds.append(
-            simulate_batch(
+    while (plan := planner.next_round(fresh)) is not None:
+        prompts = list(plan.prompts)
+        if plan.recompute:
+            batch = [pools[p][m : 2 * m] for p in prompts]
+            result = simulate_batch(
                 "tail_batching_long", batch, np.full(len(prompts), m), config, tail_pruning=False
             )
-        )
-
-    while fresh:
-        prompts = [fresh.popleft() for _ in range(min(wide, len(fresh)))]
-        batch = [pools[p][:m] for p in prompts]
-        stop = n if len(prompts) > n else None
-        result = simulate_batch(
-            "tail_batching_short",
-            batch,
-            np.full(len(prompts), m),
-            config,
-            tail_pruning=False,
-            stop_after_groups=stop,
-        )
+        else:
+            batch = [pools[p][:m] for p in prompts]
+            result = simulate_batch(
+                "tail_batching_short",
+                batch,
+                np.full(len(prompts), m),
+                config,
+                tail_pruning=False,
+                stop_after_groups=plan.stop_after_groups,
+            )
+        planner.round_finished(plan, result.completed.tolist())
         rounds.append(result)
-        deferred.extend(p for p, done in zip(prompts, result.completed, strict=True) if not done)
-        while len(deferred) >= n:
-            long_round(deferred[:n])
-            deferred = deferred[n:]
-    while deferred:
-        long_round(deferred[:n])
-        deferred = deferred[n:]
     return rounds
