@@ -71,6 +71,9 @@ def test_gpu_map_shows_chunks_and_services_and_follows_the_cache(page: Any, live
     assert page.locator('[data-chunk^="teacher@"]').count() == 0
     assert navigations == []
     screenshot(page, "21-gpu-map-live")
+    page.click('[data-pool-filter="gpu"]')  # the filter lives in the URL
+    page.wait_for_function("location.search === '?pool=gpu'")
+    page.wait_for_selector('[data-gpu-node="gpu-a"] [data-gpu="2"][data-state="free"]')
 
 
 def test_buffer_page_shows_fill_and_trigger_firings_live(page: Any, live: str) -> None:

@@ -92,7 +92,7 @@ export function gpuNodeCard(node: GpuNode): HTMLElement {
       "div",
       { class: "row" },
       h("h3", {}, node.name, " ", h("span", { class: `badge status-${node.status}` }, node.status)),
-      h("span", { class: "muted" }, `pool ${node.pool}`),
+      h("a", { href: `/pools/${encodeURIComponent(node.pool)}`, "data-link": "", class: "muted" }, `pool ${node.pool}`),
       h(
         "span",
         { class: "health" },

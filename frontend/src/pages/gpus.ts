@@ -72,7 +72,15 @@ export function gpusPage(ctx: PageContext): Page {
       pool
         ? h("span", {}, `Pool ${pool} · `, h("a", { href: "/gpus", "data-link": "" }, "all GPU pools"))
         : data.pools.length
-          ? `GPU pools: ${data.pools.join(", ")}`
+          ? h(
+              "span",
+              {},
+              "GPU pools: ",
+              ...data.pools.flatMap((name, index) => [
+                index ? ", " : null,
+                h("a", { href: `/gpus?pool=${encodeURIComponent(name)}`, "data-link": "", "data-pool-filter": name }, name),
+              ]),
+            )
           : "No GPU pools.",
     );
     render();
