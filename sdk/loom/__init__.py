@@ -11,7 +11,7 @@ from loom.errors import (
     ResultTimeout,
     TransientError,
 )
-from loom.groups import AsyncGroupRollout, GroupRollout, GroupSample
+from loom.groups import AsyncGroupRollout, GroupRollout, GroupSample, GroupTokens
 from loom.protocol import RetryPolicy
 from loom.trajectories import Trajectory, Turn
 from loom.types import Action, Timings
@@ -26,6 +26,7 @@ __all__ = [
     "Client",
     "GroupRollout",
     "GroupSample",
+    "GroupTokens",
     "LoomError",
     "NotFoundError",
     "ResultTimeout",

@@ -259,18 +259,21 @@ class Client:
         model: str,
         group_size: int,
         budget: str | Mapping[str, Any] = "adaptive",
+        token_chunk: int = 0,
+        on_tokens: groups.TokensCallback | None = None,
         **sampling: Any,
     ) -> groups.GroupRollout:
         """A DARTS group rollout through the router (darts §4): ``group_size`` (M) kept samples
         per prompt from a redundant candidate pool sized by ``budget`` (``adaptive``, ``standard``,
         or ``{"policy": "fixed", "total": ...}``); ``sampling``: max_tokens, temperature, seed,
         ... Iterate the result for the kept samples as they stream, then read its
-        ``statistics`` (see ``loom.groups``)."""
+        ``statistics`` (see ``loom.groups``). ``token_chunk``: ``on_tokens`` gets every
+        candidate's text in pieces of about that many tokens while it decodes (§4.3.2)."""
         body = groups.group_body(
             prompts, model=model, group_size=group_size, budget=budget, sampling=sampling,
-            stream=True,
+            stream=True, token_chunk=token_chunk,
         )  # fmt: skip
-        return groups.GroupRollout(self._llm_client(), body, self._api_key)
+        return groups.GroupRollout(self._llm_client(), body, self._api_key, on_tokens)
 
     def _llm_client(self) -> httpx.Client:
         if self._llm is None:

@@ -11,7 +11,7 @@ text says ``retryable`` when a retry can succeed).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,21 @@ class GroupSample:
         )
 
 
+@dataclass(frozen=True)
+class GroupTokens:
+    """A piece of a candidate's text while it decodes (darts §4.3.2 token-level streaming):
+    pieces of one ``(prompt, sample, draw)`` arrive in order; a later ``sample.dropped`` (see
+    ``GroupRolloutStream.dropped``) voids them."""
+
+    prompt: int
+    sample: int
+    draw: int
+    text: str
+
+
+TokensCallback = Callable[[GroupTokens], None]
+
+
 def group_body(
     prompts: Sequence[Prompt],
     *,
@@ -56,10 +71,11 @@ def group_body(
     budget: str | Mapping[str, Any],
     sampling: Mapping[str, Any],
     stream: bool,
+    token_chunk: int = 0,
 ) -> dict[str, Any]:
     """The endpoint's body; ``budget`` is a policy name or the whole budget object."""
     budget_object = {"policy": budget} if isinstance(budget, str) else dict(budget)
-    return {
+    body = {
         "model": model,
         "prompts": [p if isinstance(p, str) else dict(p) for p in prompts],
         "group_size": group_size,
@@ -67,6 +83,9 @@ def group_body(
         "sampling": dict(sampling),
         "stream": stream,
     }
+    if token_chunk:
+        body["token_chunk"] = token_chunk
+    return body
 
 
 def group_error(error: Mapping[str, Any], status: int | None = None) -> LoomError:
@@ -82,7 +101,8 @@ class GroupRolloutStream:
     """Kept samples as they arrive (iterate), then ``statistics``; ``planned`` once the router
     has planned the group. The client's ``group_rollout`` fills it from the SSE lines."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_tokens: TokensCallback | None = None) -> None:
+        self.on_tokens = on_tokens
         self.planned: dict[str, Any] | None = None
         self.statistics: dict[str, Any] | None = None
         self.dropped: list[dict[str, Any]] = []
@@ -98,7 +118,13 @@ class GroupRolloutStream:
         kind = event.get("type")
         if kind == "sample.kept":
             return GroupSample.from_event(event)
-        if kind == "group.planned":
+        if kind == "sample.tokens":
+            if self.on_tokens is not None:
+                self.on_tokens(GroupTokens(
+                    int(event["prompt"]), int(event["sample"]), int(event["draw"]),
+                    str(event["text"]),
+                ))  # fmt: skip
+        elif kind == "group.planned":
             self.planned = event
         elif kind == "sample.dropped":
             self.dropped.append(event)
@@ -129,8 +155,14 @@ class GroupRollout(GroupRolloutStream):
     ``rollout.statistics``. Leaving the loop early closes the stream, which aborts every
     candidate still running on the engines."""
 
-    def __init__(self, http: httpx.Client, body: dict[str, Any], api_key: str) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        http: httpx.Client,
+        body: dict[str, Any],
+        api_key: str,
+        on_tokens: TokensCallback | None = None,
+    ) -> None:
+        super().__init__(on_tokens)
         self._http, self._body, self._api_key = http, body, api_key
 
     def __iter__(self) -> Iterator[GroupSample]:
@@ -148,8 +180,14 @@ class GroupRollout(GroupRolloutStream):
 class AsyncGroupRollout(GroupRolloutStream):
     """The asyncio client's group rollout: ``async for sample in rollout: ...``."""
 
-    def __init__(self, http: httpx.AsyncClient, body: dict[str, Any], api_key: str) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        body: dict[str, Any],
+        api_key: str,
+        on_tokens: TokensCallback | None = None,
+    ) -> None:
+        super().__init__(on_tokens)
         self._http, self._body, self._api_key = http, body, api_key
 
     async def __aiter__(self) -> AsyncIterator[GroupSample]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from loom import AsyncClient, Client, GroupSample, LoomError
+from loom import AsyncClient, Client, GroupSample, GroupTokens, LoomError
 
 from apps.embedded.llm import EmbeddedLlm
 from controlplane.wsgi import application
@@ -59,14 +59,20 @@ async def test_a_group_streams_m_kept_samples_per_prompt(job_actor: Any, llm: Em
     assert llm.engine is not None and llm.engine.num_running == 0
 
 
-async def test_the_async_client_and_standard_sampling(job_actor: Any, llm: EmbeddedLlm) -> None:
+async def test_the_async_client_standard_sampling_and_token_chunks(
+    job_actor: Any, llm: EmbeddedLlm
+) -> None:
+    pieces: list[GroupTokens] = []
     async with AsyncClient("http://unused", job_actor.raw_key, llm_url=llm.url) as client:
         stream = client.group_rollout(
             ["write a parser"], model=llm.model_name, group_size=3, budget="standard",
-            max_tokens=8,
+            max_tokens=8, ignore_eos=True, token_chunk=2, on_tokens=pieces.append,
         )  # fmt: skip
         samples = [sample async for sample in stream]
     assert len(samples) == 3 and stream.statistics is not None
+    for sample in samples:  # the chunks of a sample are its text's prefix (§4.3.2)
+        prefix = "".join(p.text for p in pieces if p.sample == sample.sample)
+        assert prefix and sample.text.startswith(prefix)
     assert stream.statistics["allocations"] == [3] and stream.statistics["aborted"] == 0
     assert stream.planned is not None and stream.planned["total_budget"] == 3
 

@@ -6,7 +6,7 @@
  "group_size": 8,
  "budget": {"policy": "adaptive", "target_multiple": 1.5, "longest": 1, "tail_pruning": true},
  "sampling": {"max_tokens": 512, "temperature": 1.0, "seed": 3},
- "stream": true}
+ "stream": true, "token_chunk": 64}
 ```
 
 ``budget.policy``: ``adaptive`` (Eq. 9's total, λ calibrated once per job so that its first
@@ -14,7 +14,10 @@ adaptive group draws ``target_multiple·N·M``, App. B), ``fixed`` (``budget.tot
 within ``[N·M, 2·N·M]``), ``standard`` (``M`` per prompt, all kept: GRPO without shaping).
 A prompt's ``id`` keys its length-variance history across steps; without one it is the hash of
 its content, so a trainer re-sending the same prompt next epoch finds its history.
-Every error names its field (HTTP 400), never a silent default.
+``token_chunk`` (streamed groups only; 0, the default, sends none): every candidate's text in
+chunks of about that many tokens as it decodes (darts §4.3.2 token-level streaming, so a trainer
+can run forward passes on prefixes while the suffixes decode). Every error names its field (HTTP
+400), never a silent default.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class GroupRequest:
     seed: int | None
     stream: bool
     group_id: str | None
+    token_chunk: int = 0
 
     @property
     def upper_candidates(self) -> int:
@@ -147,7 +151,9 @@ def _budget(raw: Any, prompts: int, group_size: int) -> tuple[str, int | None, f
 def parse_group(body: Any, models: tuple[str, ...]) -> GroupRequest:
     if not isinstance(body, dict):
         raise _bad("body", "must be a JSON object")
-    unknown = set(body) - {"model", "prompts", "group_size", "budget", "sampling", "stream", "id"}
+    unknown = set(body) - {
+        "model", "prompts", "group_size", "budget", "sampling", "stream", "id", "token_chunk",
+    }  # fmt: skip
     if unknown:
         raise _bad(sorted(unknown)[0], "unknown field")
     model = body.get("model")
@@ -178,6 +184,9 @@ def parse_group(body: Any, models: tuple[str, ...]) -> GroupRequest:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise _bad("stream", "must be a boolean")
+    token_chunk = _int(body, "token_chunk", "token_chunk", minimum=0) or 0
+    if token_chunk and not stream:
+        raise _bad("token_chunk", "token chunks need a streamed answer (stream: true)")
     group_id = body.get("id")
     if group_id is not None and (not isinstance(group_id, str) or not group_id):
         raise _bad("id", "must be a non-empty string")
@@ -193,6 +202,7 @@ def parse_group(body: Any, models: tuple[str, ...]) -> GroupRequest:
         seed=seed,
         stream=stream,
         group_id=group_id,
+        token_chunk=token_chunk,
     )
     if request.upper_candidates > MAX_CANDIDATES:
         raise _bad(

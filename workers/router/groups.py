@@ -14,8 +14,11 @@ Streaming (§4.3.2): a kept sample goes to the client as soon as its membership 
 counts), not at the group's end. SSE events, each ``data: {"type": ...}``:
 
 - ``group.planned`` — the budget ``M_total``, ``allocations``, ``pruned_prompts``;
+- ``sample.tokens`` — with ``token_chunk``: the next piece of a candidate's text (``draw``
+  numbers its attempt), sent while it decodes, kept or not;
 - ``sample.kept`` — one kept sample (text, tokens, finish reason, seconds since the start);
-- ``sample.dropped`` — a finished candidate not selected, or one aborted (``reason``);
+- ``sample.dropped`` — a candidate that will not be in the group (``reason``: ``not_selected``,
+  ``aborted``, ``lost``) or a draw voided by a lost worker (``redrawn``: its slot draws again);
 - ``prompt.complete`` — a prompt's group is settled;
 - ``group.complete`` — statistics: budget, allocations, pruned prompts, every candidate's length
   and fate, and the next step's budget inputs (``ρ``, per-prompt variances);
@@ -40,6 +43,7 @@ import time
 import uuid
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from workers.algorithms.darts import BatchPlan, DartsConfig, GroupDecision, GroupRollout
@@ -67,6 +71,7 @@ class SampleRelay:
         self.status = 0
         self.pieces: list[str] = []
         self.floor = 0  # events with text: never more than the tokens produced
+        self.chunked = 0  # pieces already sent as token chunks
         self.tokens: int | None = None
         self.finish_reason: str | None = None
         self.error: dict[str, Any] | None = None
@@ -217,9 +222,7 @@ class GroupRun:
     async def _draw(self, run: PromptRun, candidate: Candidate, seed: int) -> None:
         while self.failure is None and not run.done:
             candidate.draws += 1
-            relay = candidate.relay = SampleRelay(
-                lambda relay, run=run: self._tokens(run, relay)  # type: ignore[misc]
-            )
+            relay = candidate.relay = SampleRelay(partial(self._tokens, run, candidate))
             redraw = (candidate.draws - 1) * SEED_STRIDE * len(self.prompts)  # unused seeds
             lost = await self._forward(run, candidate, relay, seed + redraw)
             if relay.cancel.is_set() or run.done:
@@ -240,6 +243,8 @@ class GroupRun:
             if left >= self.request.group_size:
                 self._lost(run, candidate)
                 return
+            self.emit({"type": "sample.dropped", "prompt": run.index, "sample": candidate.sample,
+                       "reason": "redrawn", "draw": candidate.draws})  # fmt: skip
             if candidate.draws >= MAX_DRAWS:
                 self.fail(GroupFailure(503, "worker", "candidates' workers kept being lost; "
                                        "retry the group", "worker_lost", True))  # fmt: skip
@@ -279,6 +284,8 @@ class GroupRun:
     # ------------------------------------------------------------------ decisions
     def _lost(self, run: PromptRun, candidate: Candidate) -> None:
         candidate.fate = LOST
+        self.emit({"type": "sample.dropped", "prompt": run.index, "sample": candidate.sample,
+                   "reason": "lost"})  # fmt: skip
         self._decided(run, run.rollout.sample_lost(candidate.sample))
 
     def _decided(self, run: PromptRun, decision: GroupDecision) -> None:
@@ -327,8 +334,15 @@ class GroupRun:
         ]
         run.unreleased_min = min(pending, default=float("inf"))
 
-    def _tokens(self, run: PromptRun, relay: SampleRelay) -> None:
-        """A running candidate grew: past the shortest unsent finished sample, look again."""
+    def _tokens(self, run: PromptRun, candidate: Candidate, relay: SampleRelay) -> None:
+        """A running candidate grew: send a token chunk when one is due (§4.3.2); past the
+        shortest unsent finished sample, look again at what is settled."""
+        chunk = self.request.token_chunk
+        if chunk and relay.floor - relay.chunked >= chunk and relay is candidate.relay:
+            text = "".join(relay.pieces[relay.chunked :])
+            relay.chunked = len(relay.pieces)
+            self.emit({"type": "sample.tokens", "prompt": run.index, "sample": candidate.sample,
+                       "draw": candidate.draws, "text": text})  # fmt: skip
         if not run.done and relay.floor in (run.unreleased_min, run.unreleased_min + 1):
             self._release(run)
 

@@ -102,6 +102,23 @@ async def test_tail_pruned_prompts_stream_kept_samples_early_and_abort_the_rest(
     assert sum(e.stats.requests_aborted for e in stack.engines) >= 1
 
 
+async def test_token_chunks_stream_every_candidate_as_it_decodes(stack: Stack) -> None:
+    events = await stream_group(stack, group_body(budget={"policy": "standard"}, token_chunk=4))
+    kept = {(e["prompt"], e["sample"]): e["text"] for e in events if e["type"] == "sample.kept"}
+    chunks: dict[tuple[int, int], str] = {}
+    for event in events:
+        if event["type"] == "sample.tokens":
+            assert event["draw"] == 1  # no worker was lost: every slot drew once
+            key = (event["prompt"], event["sample"])
+            chunks[key] = chunks.get(key, "") + event["text"]
+    assert chunks, "no token chunk arrived"
+    for key, prefix in chunks.items():
+        assert kept[key].startswith(prefix)  # chunks are the text's prefix, in order
+    first_chunk = next(i for i, e in enumerate(events) if e["type"] == "sample.tokens")
+    first_kept = next(i for i, e in enumerate(events) if e["type"] == "sample.kept")
+    assert first_chunk < first_kept  # tokens reach the trainer before any sample completes
+
+
 async def test_one_json_answer_without_stream(stack: Stack) -> None:
     async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
         answer = await http.post(
@@ -127,6 +144,7 @@ async def test_one_json_answer_without_stream(stack: Stack) -> None:
         ({"sampling": {"temperature": 9}}, "temperature"),
         ({"prompts": [{"prompt": "a", "messages": []}]}, "prompts[0]"),
         ({"surprise": 1}, "surprise"),
+        ({"token_chunk": 8}, "token_chunk"),  # chunks need a stream
     ],
 )
 async def test_bad_input_is_a_400_naming_the_field(
