@@ -175,16 +175,18 @@ def node_gpu_view(node: Node, running: list[dict[str, Any]], now: datetime) -> d
     }
 
 
+def _mean(values: list[float | None]) -> float | None:
+    present = [value for value in values if value is not None]
+    return sum(present) / len(present) if present else None
+
+
 def _phase_means(rows: list[tuple[Any, ...]]) -> dict[str, float | None]:
-    queueing = [seconds_between(s, sch or st) for s, sch, st, _ in rows if (sch or st)]
-    execution = [seconds_between(st, f) for _, _, st, f in rows if st and f]
+    """Mean wait to be scheduled (submitted → scheduled) and mean time on the agent (started →
+    finished: the device queue, the restore when the service was cold, and the run — the agent
+    reports the three apart but they are not stored)."""
     return {
-        "queueing_mean_s": sum(q for q in queueing if q is not None) / len(queueing)
-        if queueing
-        else None,
-        "execution_mean_s": sum(e for e in execution if e is not None) / len(execution)
-        if execution
-        else None,
+        "queueing_mean_s": _mean([seconds_between(s, sch or st) for s, sch, st, _ in rows]),
+        "execution_mean_s": _mean([seconds_between(st, f) for _, _, st, f in rows]),
     }
 
 

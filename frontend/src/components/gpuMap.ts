@@ -129,8 +129,8 @@ export function serviceTable(): DataTable<GpuService> {
       { header: "Running", cell: (s) => fmtCount(s.running), className: "num" },
       { header: "ACT p50 / p99", cell: (s) => h("span", { "data-svc-act": s.name }, fmtAct(s)) },
       { header: "Completions", cell: (s) => fmtCount(s.act.n), className: "num" },
-      { header: "Mean queueing", cell: (s) => fmtSeconds(s.queueing_mean_s) },
-      { header: "Mean execution", cell: (s) => fmtSeconds(s.execution_mean_s) },
+      { header: "Mean wait to schedule", cell: (s) => fmtSeconds(s.queueing_mean_s) },
+      { header: "Mean on agent (restore + run)", cell: (s) => fmtSeconds(s.execution_mean_s) },
       {
         header: "Warm on",
         cell: (s) =>
