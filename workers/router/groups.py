@@ -94,7 +94,10 @@ class SampleRelay:
             event = event.strip()
             if not event.startswith(b"data: {"):
                 continue
-            data = json.loads(event[6:])
+            try:
+                data = json.loads(event[6:])
+            except ValueError:
+                continue  # a malformed event carries nothing to count
             if "error" in data:
                 self.error = data["error"]
                 continue
@@ -327,10 +330,13 @@ class GroupRun:
         """Send every finished sample whose place in the group is already certain."""
         for sample in run.rollout.surely_kept(self._floors(run)):
             self._send_kept(run, run.candidates[sample])
-        pending = [
+        pending = [  # truncated samples wait for the group's end: they set no threshold
             float(c.finished_length)
             for c in run.candidates
-            if c.finished_length is not None and not c.released
+            if c.finished_length is not None
+            and not c.released
+            and c.relay is not None
+            and c.relay.finish_reason != "length"
         ]
         run.unreleased_min = min(pending, default=float("inf"))
 

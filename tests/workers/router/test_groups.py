@@ -75,6 +75,11 @@ async def test_adaptive_budget_over_samples_and_keeps_m_per_prompt(stack: Stack)
     assert len(completes) == 3 and all(len(e["kept"]) == 3 for e in completes)
     kept = [e for e in first if e["type"] == "sample.kept"]
     assert len(kept) == 9
+    # dual-end prompts too send a settled short sample before their pool ends (§4.3.2)
+    completed_at = {e["prompt"]: i for i, e in enumerate(first) if e["type"] == "prompt.complete"}
+    assert any(
+        i < completed_at[e["prompt"]] for i, e in enumerate(first) if e["type"] == "sample.kept"
+    )
     stats = first[-1]["statistics"]
     assert stats["kept"] + stats["dropped"] + stats["aborted"] + stats["lost"] == 13
     assert stats["next"]["trade_off"] is not None  # λ calibrated on the first group
