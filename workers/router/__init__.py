@@ -8,6 +8,8 @@
 - :mod:`.pool` — workers: health, drain, in-flight requests, abort fan-out.
 - :mod:`.registry` — keys and trajectories from the control plane, state to it (Redis only).
 - :mod:`.upstream` — the keep-alive HTTP/1.1 client to the workers.
+- :mod:`.groups` (with :mod:`.group_request`, :mod:`.group_budget`) — DARTS group rollouts
+  (``POST /v1/loom/groups``, darts §4): budget, allocation, fan-out, early-stop aborts, streaming.
 
 ``python -m workers.router --worker http://127.0.0.1:30000 --policy heddle``.
 """
