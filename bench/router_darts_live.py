@@ -24,6 +24,14 @@ where its random logits put the end-of-sequence token, long-tailed and prompt-de
 no training follows, so nothing here shows DARTS's effect on the *next* steps' lengths
 (darts §5, Fig. 14), only one step's rollout.
 
+What can make DARTS's group slower here: its pools contain standard's samples (same seeds), so
+a dual-end prompt can only end later than under standard sampling — it waits for its whole pool
+(§4.1.2); a step gets shorter only where tail pruning's early stop (§4.3.1) cuts the prompts that
+hold the step's tail, and Alg. 1 saturates (prunes) only the highest-variance prompts. And on a
+CPU engine the extra candidates are not free: every sequence decodes on the same few cores, so
+per-token latency grows with the candidates in flight, where a GPU's memory-bound decode batches
+them at little extra cost (the regime the paper measures, App. A).
+
 Targets, fixed before the first measurement:
 
 - ``darts_rollout_speedup_vs_standard`` = median over steps of standard's group time / DARTS's,
