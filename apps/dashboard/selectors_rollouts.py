@@ -25,6 +25,7 @@ from django.db.models import Count, F, Q, QuerySet, Sum
 from django.utils import timezone
 
 from apps.jobs.models import Job
+from apps.metrics.stats import histogram
 from apps.trajectories.models import TERMINAL_TRAJECTORY_STATUSES, Trajectory, TrajectoryStatus
 from controlplane.redis_client import configured_redis, key_prefix
 from workers.router.registry import RegistryNames
@@ -33,6 +34,7 @@ log = logging.getLogger("loom.dashboard")
 
 TRAJECTORY_LIMIT = 200
 GROUP_LIMIT = 50
+HISTOGRAM_SAMPLE = 5000  # active trajectories the predicted-remaining histogram is drawn from
 GROUP_WINDOW = 2000  # newest grouped trajectories the groups shown are drawn from
 STATE_SCAN = 5000  # most router state entries read for priority and migrations
 STATE_PAGE = 500
@@ -233,6 +235,8 @@ def rollouts(
     page = list(ordered[:limit])
     live = router_live_fields(row.pk for row in page)
     summary = active_summary(scope)
+    predicted = _active(scope).filter(predicted_remaining_tokens__isnull=False)
+    remaining = predicted.values_list("predicted_remaining_tokens", flat=True)[:HISTOGRAM_SAMPLE]
     counts = {**summary["counts"], **ended_counts(scope, job.pk if job else None)}
     return {
         "t": now.timestamp(),
@@ -244,5 +248,6 @@ def rollouts(
         "trajectories": [_trajectory_row(row, live) for row in page],
         "router_fields": live is not None,
         "groups": group_rows(scope),
+        "remaining_histogram": histogram([float(t) for t in remaining if t is not None]),
         "missing": MISSING,
     }

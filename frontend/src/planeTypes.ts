@@ -1,5 +1,6 @@
 // Shapes of the GPU map, buffer and Rollouts endpoints (apps/dashboard/selectors_*.py).
 
+import type { Bucket } from "./components/histogram";
 import type { ActStats } from "./types";
 
 export interface GpuCell {
@@ -161,5 +162,6 @@ export interface RolloutsResponse {
   trajectories: TrajectoryRow[];
   router_fields: boolean;
   groups: GroupRow[];
+  remaining_histogram: Bucket[];
   missing: string[];
 }

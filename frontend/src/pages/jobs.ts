@@ -3,6 +3,7 @@
 
 import { apiGet } from "../api";
 import { breakdownView } from "../components/breakdown";
+import { histogramBars } from "../components/histogram";
 import { DataTable, statusBadge } from "../components/table";
 import { LiveChart, PALETTE } from "../charts";
 import type { Page, PageContext } from "../context";
@@ -130,20 +131,7 @@ export function jobPage(ctx: PageContext): Page {
       stat("trajectories active", fmtCount(data.trajectories.active)),
     );
     replace(breakdown, breakdownView(data.act_breakdown));
-    const peak = Math.max(1, ...data.trajectories.length_histogram.map((b) => b.count));
-    replace(
-      histogram,
-      ...(data.trajectories.length_histogram.length
-        ? data.trajectories.length_histogram.map((bucket) =>
-            h(
-              "div",
-              { class: "bar", title: `${bucket.lo}–${bucket.hi} steps: ${bucket.count}` },
-              h("span", { style: `height:${((bucket.count / peak) * 100).toFixed(0)}%` }),
-              h("small", {}, String(bucket.lo)),
-            ),
-          )
-        : [h("p", { class: "muted" }, "No trajectories yet.")]),
-    );
+    replace(histogram, ...histogramBars(data.trajectories.length_histogram, "steps", "No trajectories yet."));
   }
 
   async function load(): Promise<void> {

@@ -4,12 +4,16 @@
 import "../planes.css";
 import { apiGet } from "../api";
 import { missingNotice } from "../components/gpuMap";
+import { histogramBars } from "../components/histogram";
 import { groupsTable, trajectoriesTable, workersTable } from "../components/rolloutsView";
+import { LiveChart, PALETTE } from "../charts";
 import type { Page, PageContext } from "../context";
 import { h, replace } from "../dom";
 import { fmtCount } from "../format";
 import type { RolloutsResponse } from "../planeTypes";
 import { replaceQuery } from "../router";
+
+const ENDED = ["finished", "aborted", "failed"];
 
 export const STATUS_CHOICES = ["active", "pending", "generating", "tool_call", "finished", "aborted", "failed"];
 
@@ -23,6 +27,17 @@ export function rolloutsPage(ctx: PageContext): Page {
   const counts = h("div", { class: "stats" });
   const notice = h("p", { class: "notice", role: "status" }, "Loading rollouts…");
   const missingBox = h("div", {});
+  const remaining = h("div", { class: "histogram", "data-remaining-histogram": "" });
+  const activity = new LiveChart({
+    title: "Trajectories not ended (since this page opened)",
+    stepped: true,
+    height: 150,
+    series: [
+      { label: "generating", color: PALETTE.running },
+      { label: "in tool call", color: PALETTE.waiting },
+      { label: "waiting", color: PALETTE.mean },
+    ],
+  });
   const jobInput = h("input", { name: "job", type: "text", inputmode: "numeric", placeholder: "all jobs", value: job, size: 8 });
   const statusSelect = h("select", { name: "status" }, ...STATUS_CHOICES.map((s) => h("option", { value: s, selected: s === status }, s)));
   const filters = h(
@@ -37,6 +52,12 @@ export function rolloutsPage(ctx: PageContext): Page {
     { class: "page plane-page" },
     h("h1", {}, "Rollouts"),
     counts,
+    h(
+      "div",
+      { class: "chart-row" },
+      activity.element,
+      h("figure", { class: "chart" }, h("figcaption", {}, "Predicted remaining tokens of the trajectories not ended"), remaining),
+    ),
     h("h2", {}, "LLM workers"),
     workers.element,
     h("h2", {}, "Trajectories"),
@@ -53,13 +74,20 @@ export function rolloutsPage(ctx: PageContext): Page {
     replace(
       counts,
       ...["pending", "generating", "tool_call", "finished", "aborted", "failed"].map((s) =>
-        h("div", { class: "stat" }, h("div", { class: "stat-label" }, s.replace("_", " ")), h("div", { class: "stat-value", "data-count": s }, fmtCount(data.counts[s] ?? 0))),
+        h(
+          "div",
+          { class: "stat", title: ENDED.includes(s) ? "ended trajectories are recounted every 10 s" : "exact" },
+          h("div", { class: "stat-label" }, s.replace("_", " ")),
+          h("div", { class: "stat-value", "data-count": s }, fmtCount(data.counts[s] ?? 0)),
+        ),
       ),
       h("div", { class: "stat" }, h("div", { class: "stat-label" }, "unplaced"), h("div", { class: "stat-value", "data-count": "unplaced" }, fmtCount(data.unplaced))),
     );
     workers.update(data.workers);
     trajectories.render(data.trajectories);
     groups.render(data.groups);
+    replace(remaining, ...histogramBars(data.remaining_histogram, "tokens", "No prediction yet."));
+    activity.push(data.t, [data.counts.generating ?? 0, data.counts.tool_call ?? 0, data.counts.pending ?? 0]);
     notice.textContent = reported ? "" : "Priority and migrations: not reported (no router state stream readable here).";
     replace(missingBox, data.missing.length ? missingNotice(data.missing) : null);
   }
@@ -100,9 +128,11 @@ export function rolloutsPage(ctx: PageContext): Page {
   const stopResume = ctx.live.onResume(() => void load());
   return {
     element,
+    retheme: () => activity.retheme(),
     destroy() {
       unsubscribe?.();
       stopResume();
+      activity.destroy();
     },
   };
 }

@@ -196,6 +196,9 @@ def test_rollouts_show_workers_trajectories_and_groups(operator_client: Any, job
     # No Redis in these settings: the router-only fields are not reported, not made up.
     assert body["router_fields"] is False and long_row["priority"] is None
     assert any("KV" in line for line in body["missing"])
+    buckets = body["remaining_histogram"]  # the three active ones with a prediction
+    assert sum(b["count"] for b in buckets) == 3
+    assert (buckets[0]["lo"], buckets[-1]["hi"]) == (100, 900)
 
     finished_rows = operator_client.get(f"{API}/rollouts", {"status": "finished"}).json()
     assert [t["id"] for t in finished_rows["trajectories"]] == [made["kept"].pk]
