@@ -4,40 +4,31 @@ DARTS groups (heddle §4–§5, darts §4).
 
 The ``Trajectory`` rows are the system of record: the router's state stream is persisted to them
 (``apps.trajectories.router_state``) — status, steps, tokens, predicted remaining tokens, worker
-and timings. Priority and migrations are in the router's stream entries but not in the rows:
-where Redis is configured they are read from the newest entries of that stream (a bounded
-``XREVRANGE``, the consumer group untouched); elsewhere they are null. KV-cache use and each
+and timings. Priority, migrations and the candidates of router-side DARTS group rollouts are only
+in the stream: where Redis is configured they are read from its newest entries
+(``router_stream``); elsewhere they are null. KV-cache use and each
 worker's own queue are not reported by the router to the control plane at all: ``missing``
 names them.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import time
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-import redis
 from django.db.models import Count, F, Q, QuerySet, Sum
 from django.utils import timezone
 
+from apps.dashboard.router_stream import router_groups, router_stream_read
 from apps.jobs.models import Job
 from apps.metrics.stats import histogram
 from apps.trajectories.models import TERMINAL_TRAJECTORY_STATUSES, Trajectory, TrajectoryStatus
-from controlplane.redis_client import configured_redis, key_prefix
-from workers.router.registry import RegistryNames
-
-log = logging.getLogger("loom.dashboard")
 
 TRAJECTORY_LIMIT = 200
 GROUP_LIMIT = 50
 HISTOGRAM_SAMPLE = 5000  # active trajectories the predicted-remaining histogram is drawn from
 GROUP_WINDOW = 2000  # newest grouped trajectories the groups shown are drawn from
-STATE_SCAN = 5000  # most router state entries read for priority and migrations
-STATE_PAGE = 500
 ACTIVE = "active"
 STATUS_FILTERS = frozenset({ACTIVE, *TrajectoryStatus.values})
 
@@ -70,48 +61,6 @@ def ended_counts(scope: QuerySet[Trajectory], job_id: int | None) -> dict[str, i
     counts = {row["status"]: row["n"] for row in rows}
     _ended_counts[job_id] = (moment, counts)
     return counts
-
-
-def router_live_fields(trajectory_ids: Iterable[int]) -> dict[int, dict[str, int]] | None:
-    """Priority and migrations of these trajectories from the newest router state entries, read
-    newest first a page at a time until each is found or ``STATE_SCAN`` entries were read; None
-    when no Redis is configured or it cannot be read (the page then says "not reported")."""
-    wanted = {str(pk) for pk in trajectory_ids}
-    client = configured_redis()
-    if client is None or not wanted:
-        return None if client is None else {}
-    stream = RegistryNames(key_prefix()).trajectory_state
-    found: dict[int, dict[str, int]] = {}
-    newest_unread, scanned = "+", 0
-    try:
-        while scanned < STATE_SCAN and len(found) < len(wanted):
-            entries: Any = client.xrevrange(stream, max=newest_unread, count=STATE_PAGE)
-            for _, fields in entries:
-                _take_state(fields, wanted, found)
-            scanned += len(entries)
-            if len(entries) < STATE_PAGE:
-                break
-            last_id = entries[-1][0]
-            newest_unread = "(" + (last_id.decode() if isinstance(last_id, bytes) else last_id)
-    except redis.RedisError as error:
-        log.warning("rollouts: router state stream not readable: %s", error)
-        return None
-    return found
-
-
-def _take_state(fields: Any, wanted: set[str], found: dict[int, dict[str, int]]) -> None:
-    """Keep one entry's priority and migrations if it is the newest for a wanted trajectory."""
-    try:
-        state = json.loads(fields[b"state"])
-        trajectory = str(state["trajectory"])
-    except (KeyError, TypeError, ValueError):
-        return
-    if trajectory in wanted and int(trajectory) not in found:
-        priority, migrations = state.get("priority"), state.get("migrations")
-        found[int(trajectory)] = {
-            "priority": priority if isinstance(priority, int) else 0,
-            "migrations": migrations if isinstance(migrations, int) else 0,
-        }
 
 
 def _trajectory_row(row: Trajectory, live: dict[int, dict[str, int]] | None) -> dict[str, Any]:
@@ -233,7 +182,8 @@ def rollouts(
         else listed.order_by("-id")
     )
     page = list(ordered[:limit])
-    live = router_live_fields(row.pk for row in page)
+    stream = router_stream_read((row.pk for row in page), job.pk if job else None)
+    live = stream.fields if stream is not None else None
     summary = active_summary(scope)
     predicted = _active(scope).filter(predicted_remaining_tokens__isnull=False)
     remaining = predicted.values_list("predicted_remaining_tokens", flat=True)[:HISTOGRAM_SAMPLE]
@@ -248,6 +198,7 @@ def rollouts(
         "trajectories": [_trajectory_row(row, live) for row in page],
         "router_fields": live is not None,
         "groups": group_rows(scope),
+        "router_groups": router_groups(stream) if stream is not None else None,
         "remaining_histogram": histogram([float(t) for t in remaining if t is not None]),
         "missing": MISSING,
     }

@@ -152,6 +152,18 @@ export interface GroupRow {
   running: number;
 }
 
+export interface RouterGroupRow {
+  group: string;
+  job: string | null;
+  prompts: number;
+  candidates: number;
+  running: number;
+  finished: number;
+  aborted: number;
+  failed: number;
+  at: number;
+}
+
 export interface RolloutsResponse {
   t: number;
   job: number | null;
@@ -163,5 +175,6 @@ export interface RolloutsResponse {
   router_fields: boolean;
   groups: GroupRow[];
   remaining_histogram: Bucket[];
+  router_groups: RouterGroupRow[] | null;
   missing: string[];
 }

@@ -2,7 +2,7 @@
 
 import { h } from "../dom";
 import { fmtCount, fmtPercent, fmtSeconds } from "../format";
-import type { GroupRow, LlmWorkerRow, TrajectoryRow } from "../planeTypes";
+import type { GroupRow, LlmWorkerRow, RouterGroupRow, TrajectoryRow } from "../planeTypes";
 import { DataTable, statusBadge } from "./table";
 
 /** Each worker's share of the predicted remaining tokens (Heddle's load), 0 when none is left. */
@@ -90,5 +90,21 @@ export function groupsTable(): DataTable<GroupRow> {
       { header: "Failed", cell: (g) => fmtCount(g.failed), className: "num" },
     ],
     "No DARTS groups yet.",
+  );
+}
+
+export function routerGroupsTable(): DataTable<RouterGroupRow> {
+  return new DataTable<RouterGroupRow>(
+    [
+      { header: "Group", cell: (g) => h("span", { "data-router-group": g.group }, g.group) },
+      { header: "Job", cell: (g) => g.job ?? "–", className: "num" },
+      { header: "Prompts", cell: (g) => fmtCount(g.prompts), className: "num" },
+      { header: "Candidates", cell: (g) => fmtCount(g.candidates), className: "num" },
+      { header: "Decoding", cell: (g) => fmtCount(g.running), className: "num" },
+      { header: "Finished", cell: (g) => fmtCount(g.finished), className: "num" },
+      { header: "Aborted (pruned)", cell: (g) => h("span", { "data-router-pruned": g.group }, fmtCount(g.aborted)), className: "num" },
+      { header: "Last change", cell: (g) => (g.at ? new Date(g.at * 1000).toISOString().slice(11, 19) : "–") },
+    ],
+    "No group rollout through the router in its newest state entries.",
   );
 }

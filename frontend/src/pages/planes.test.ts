@@ -68,6 +68,7 @@ function rollouts(): RolloutsResponse {
     workers: [{ name: "w0", trajectories: 1, generating: 1, tool_call: 0, pending: 0, tokens: 5, predicted_remaining_tokens: 9 }],
     trajectories: [], router_fields: false, groups: [], missing: [],
     remaining_histogram: [{ lo: 0, hi: 10, count: 2 }, { lo: 10, hi: 20, count: 1 }],
+    router_groups: [{ group: "g9", job: "7", prompts: 2, candidates: 6, running: 1, finished: 3, aborted: 2, failed: 0, at: 5 }],
   };
 }
 
@@ -110,6 +111,7 @@ describe("Rollouts page", () => {
     expect([...oneJob.handlers.keys()]).toEqual(["rollouts:7"]);
     expect(page.element.querySelector('[data-worker-trajectories="w0"]')!.textContent).toBe("1");
     expect(page.element.querySelector(".notice")!.textContent).toContain("not reported");
+    expect(page.element.querySelector('[data-router-pruned="g9"]')!.textContent).toBe("2");
     const bars = page.element.querySelectorAll<HTMLElement>("[data-remaining-histogram] .bar span");
     expect([...bars].map((bar) => bar.style.height)).toEqual(["100%", "50%"]);
   });

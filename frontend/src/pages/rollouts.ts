@@ -5,7 +5,7 @@ import "../planes.css";
 import { apiGet } from "../api";
 import { missingNotice } from "../components/gpuMap";
 import { histogramBars } from "../components/histogram";
-import { groupsTable, trajectoriesTable, workersTable } from "../components/rolloutsView";
+import { groupsTable, routerGroupsTable, trajectoriesTable, workersTable } from "../components/rolloutsView";
 import { LiveChart, PALETTE } from "../charts";
 import type { Page, PageContext } from "../context";
 import { h, replace } from "../dom";
@@ -24,6 +24,8 @@ export function rolloutsPage(ctx: PageContext): Page {
   const workers = workersTable();
   const trajectories = trajectoriesTable(() => reported);
   const groups = groupsTable();
+  const routerGroups = routerGroupsTable();
+  const routerGroupsNote = h("p", { class: "muted" });
   const counts = h("div", { class: "stats" });
   const notice = h("p", { class: "notice", role: "status" }, "Loading rollouts…");
   const missingBox = h("div", {});
@@ -64,8 +66,11 @@ export function rolloutsPage(ctx: PageContext): Page {
     filters,
     notice,
     trajectories.element,
-    h("h2", {}, "DARTS groups"),
+    h("h2", {}, "DARTS groups (trajectories the trainer registered)"),
     groups.element,
+    h("h2", {}, "DARTS group rollouts through the router"),
+    routerGroupsNote,
+    routerGroups.element,
     missingBox,
   );
 
@@ -86,6 +91,8 @@ export function rolloutsPage(ctx: PageContext): Page {
     workers.update(data.workers);
     trajectories.render(data.trajectories);
     groups.render(data.groups);
+    routerGroups.render(data.router_groups ?? []);
+    routerGroupsNote.textContent = data.router_groups === null ? "Not reported: no router state stream readable here." : "";
     replace(remaining, ...histogramBars(data.remaining_histogram, "tokens", "No prediction yet."));
     activity.push(data.t, [data.counts.generating ?? 0, data.counts.tool_call ?? 0, data.counts.pending ?? 0]);
     notice.textContent = reported ? "" : "Priority and migrations: not reported (no router state stream readable here).";

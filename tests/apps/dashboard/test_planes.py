@@ -195,6 +195,7 @@ def test_rollouts_show_workers_trajectories_and_groups(operator_client: Any, job
     assert (long_row["worker"], long_row["predicted_remaining_tokens"]) == ("w0", 900)
     # No Redis in these settings: the router-only fields are not reported, not made up.
     assert body["router_fields"] is False and long_row["priority"] is None
+    assert body["router_groups"] is None
     assert any("KV" in line for line in body["missing"])
     buckets = body["remaining_histogram"]  # the three active ones with a prediction
     assert sum(b["count"] for b in buckets) == 3
@@ -283,7 +284,7 @@ def test_rollouts_read_priority_and_migrations_from_the_router_stream(
 ) -> None:
     import redis
 
-    from apps.dashboard import selectors_rollouts
+    from apps.dashboard import router_stream
 
     made = rollout(job)
     client = redis.Redis.from_url(redis_url)
@@ -298,15 +299,42 @@ def test_rollouts_read_priority_and_migrations_from_the_router_stream(
     client.xadd(router_names.trajectory_state, {"state": "not json"})
     for _ in range(5):  # newer entries of a trajectory not on the page push it to later pages
         publish(999_999, 0, 0)
-    monkeypatch.setattr(selectors_rollouts, "STATE_PAGE", 2)
+    monkeypatch.setattr(router_stream, "STATE_PAGE", 2)
     body = operator_client.get(f"{API}/rollouts").json()
     rows = {t["id"]: t for t in body["trajectories"]}
     assert body["router_fields"] is True
     assert (rows[made["long"].pk]["priority"], rows[made["long"].pk]["migrations"]) == (7, 2)
     assert rows[made["other"].pk]["priority"] is None  # nothing published for it
-    monkeypatch.setattr(selectors_rollouts, "STATE_SCAN", 4)  # the scan stops before reaching it
+    monkeypatch.setattr(router_stream, "STATE_SCAN", 4)  # the scan stops before reaching it
     rows = {t["id"]: t for t in operator_client.get(f"{API}/rollouts").json()["trajectories"]}
     assert rows[made["long"].pk]["priority"] is None
+
+
+@pytest.mark.redis
+def test_rollouts_show_router_group_rollouts_from_the_stream(
+    operator_client: Any, job: Any, router_names: Any, redis_url: str
+) -> None:
+    import redis
+
+    from tests.factories import JobFactory
+
+    other: Any = JobFactory(name="other")
+    client = redis.Redis.from_url(redis_url)
+    for trajectory, owner, status, at in (
+        ("grp1/0/0", job, "finished", 10.0),
+        ("grp1/0/1", job, "aborted", 11.0),  # pruned
+        ("grp1/1/0", job, "generating", 12.0),
+        ("grp1/1/0", job, "finished", 13.0),  # the newest state of a candidate wins
+        ("grp1/1/1", job, "generating", 14.0),
+        ("grp2/0/0", other, "generating", 20.0),
+    ):
+        state = {"trajectory": trajectory, "job": str(owner.pk), "status": status, "at": at}
+        client.xadd(router_names.trajectory_state, {"state": json.dumps(state)})
+    every = operator_client.get(f"{API}/rollouts").json()["router_groups"]
+    assert [g["group"] for g in every] == ["grp2", "grp1"]  # most recently active first
+    (mine,) = operator_client.get(f"{API}/rollouts", {"job": job.pk}).json()["router_groups"]
+    assert mine == {"group": "grp1", "job": str(job.pk), "prompts": 2, "candidates": 4,
+                    "running": 1, "finished": 2, "aborted": 1, "failed": 0, "at": 14.0}  # fmt: skip
 
 
 def test_rollouts_with_an_unreachable_redis_say_not_reported(
