@@ -6,9 +6,8 @@ The ``Trajectory`` rows are the system of record: the router's state stream is p
 (``apps.trajectories.router_state``) — status, steps, tokens, predicted remaining tokens, worker
 and timings. Priority, migrations and the candidates of router-side DARTS group rollouts are only
 in the stream: where Redis is configured they are read from its newest entries
-(``router_stream``); elsewhere they are null. KV-cache use and each
-worker's own queue are not reported by the router to the control plane at all: ``missing``
-names them.
+(``router_stream``); elsewhere they are null. KV-cache use and each worker's own queue are not
+reported by the router to the control plane at all: ``missing`` names them.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ MISSING = [
     "metrics to the control plane (the workers' load shown is counted from the trajectories "
     "placed on each)",
 ]
-
 
 ACTIVE_STATUSES = tuple(s for s in TrajectoryStatus.values if s not in TERMINAL_TRAJECTORY_STATUSES)
 ENDED_STATUSES = tuple(sorted(TERMINAL_TRAJECTORY_STATUSES))
