@@ -242,8 +242,14 @@ class ExperienceBuffer:
         names = list(keys) or list(self.data)
         return {key: self.data[key][index].copy() for key in names}
 
-    def gather(self, slices: Mapping[str, tuple[int, int]], keys: Iterable[str] = ()) -> Arrays:
-        """The steps ``[start, stop)`` of each named actor, concatenated in the order given."""
+    def gather(
+        self,
+        slices: Mapping[str, tuple[int, int]],
+        keys: Iterable[str] = (),
+        consume: bool = False,
+    ) -> Arrays:
+        """The steps ``[start, stop)`` of each named actor, concatenated in the order given;
+        ``consume`` marks them sampled (an on-policy learner's full batch, in actor order)."""
         with self._lock:
             index = []
             for actor, (start, stop) in slices.items():
@@ -260,6 +266,9 @@ class ExperienceBuffer:
                     raise DataLostError(f"{actor}: steps {start}..{stop} are no longer held")
                 index.append(chosen)
             slots_all = np.concatenate(index) if index else np.zeros(0, np.int64)
+            if consume:
+                self.policy.mark_sampled(slots_all)
+                self.stats["samples"] += len(slots_all)
             return self.read(slots_all, keys)
 
     def mark_sampled(self, slots: Iterable[int] | npt.NDArray[np.int64]) -> None:

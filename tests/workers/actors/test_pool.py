@@ -77,20 +77,20 @@ def test_a_prewarmed_actor_waits_warm_and_starts_without_delay(served, tmp_path)
         assert done.prewarmed and done.restored and done.startup_wait_s == 0.0
 
 
-def test_an_actor_killed_mid_sample_is_discarded_and_the_iteration_completes(served, tmp_path):
-    buffer, address = served
-    fired: list[dict] = []
-    buffer.bind("learn", DataKeyTrigger(2, 4, ["x", "actor_step"]), DirectPasser(fired.append))
+def kill_a0_mid_sample(
+    buffer: ExperienceBuffer, tmp_path: Path, address: str, on_killed: str
+) -> tuple[dict, ActorPool]:
+    """Run an iteration of a0 and a1 in which a0 writes half its batch, hangs and is killed."""
     (tmp_path / "block-a0").touch()
     client = BufferClient(address)
+    results: dict = {}
     with make_pool(tmp_path, address) as pool:
-        results: dict = {}
 
         def iterate() -> None:
             results.update(
                 pool.run_iteration(
                     ["a0", "a1"],
-                    on_killed="discard",
+                    on_killed=on_killed,
                     drop=lambda actor, since: client.drop_actor("rollout", actor, since),
                 )
             )
@@ -104,6 +104,14 @@ def test_an_actor_killed_mid_sample_is_discarded_and_the_iteration_completes(ser
         pool.kill("a0")
         thread.join(timeout=60)
     client.close()
+    return results, pool
+
+
+def test_an_actor_killed_mid_sample_is_discarded_and_the_iteration_completes(served, tmp_path):
+    buffer, address = served
+    fired: list[dict] = []
+    buffer.bind("learn", DataKeyTrigger(2, 4, ["x", "actor_step"]), DirectPasser(fired.append))
+    results, pool = kill_a0_mid_sample(buffer, tmp_path, address, "discard")
     assert results["a0"].code == 0 and results["a0"].sampled
     assert [h.code for h in pool.records["a0"].history] == [-9, 0]
     assert len(fired) == 1
@@ -154,3 +162,14 @@ def test_actor_count_scales_between_iterations_without_a_restart(served, tmp_pat
         assert all(not result.restored for result in small.values())
         assert [large[a].restored for a in ("a0", "a1", "a2", "a3")] == [True, True, False, False]
         assert pool.states()["a3"] == "checkpointed"
+
+
+def test_an_actor_killed_mid_sample_keeps_its_complete_steps_when_the_policy_says_keep(
+    served, tmp_path
+):
+    buffer, address = served
+    results, _ = kill_a0_mid_sample(buffer, tmp_path, address, "keep")
+    assert results["a0"].sampled and results["a1"].sampled  # the iteration completed
+    # the killed run's two complete steps stay, the re-run's four follow them
+    assert buffer.gather({"a0": (0, 6)})["actor_step"].tolist() == [0, 1, 0, 1, 2, 3]
+    assert buffer.snapshot()["held"] == 10

@@ -1,0 +1,106 @@
+"""One system running one reference workload, in a fresh process tree of its own:
+``python -m bench._artos_run --system loom|ray --workload JSON --device cpu --out FILE``.
+
+The process makes itself a child subreaper, so everything either system starts is counted by
+``bench._artos_cpu`` and reaped here; at the end it checks that no process of the run is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._artos_cpu import become_subreaper, tree_cpu_seconds, tree_pids
+from bench._artos_workload import Workload
+
+
+def _reap_all(timeout_s: float = 20.0) -> list[int]:
+    """Wait for every descendant; kill (by pid) what is still there after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+        left = tree_pids()
+        if not left:
+            return []
+        time.sleep(0.1)
+    left = tree_pids()
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    try:
+        while os.waitpid(-1, 0)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+    return left
+
+
+LEARNER_THREADS = 1  # both systems' learners; intra-op threads on 2 shared cores only contend
+
+
+def run(system: str, workload: Workload, device: str) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(LEARNER_THREADS)
+    subreaper = become_subreaper()
+    started = time.monotonic()
+    cpu_before, _ = tree_cpu_seconds()
+    if system == "loom":
+        from bench import _artos_loom
+
+        platform_s, platform_cpu, processes = 0.0, 0.0, 1
+        result = _artos_loom.RUNNERS[workload.algorithm](workload, device)
+    elif system == "ray":
+        from bench import _artos_ray
+
+        ray = _artos_ray.start_ray()
+        platform_s = time.monotonic() - started
+        platform_cpu, processes = tree_cpu_seconds()
+        platform_cpu -= cpu_before
+        try:
+            result = _artos_ray.RUNNERS[workload.algorithm](ray, workload, device)
+            result["ray_processes_after_init"] = processes
+        finally:
+            ray.shutdown()
+    else:
+        raise ValueError(f"system: expected loom or ray, got {system!r}")
+    killed = _reap_all()
+    result.update(
+        system=system,
+        device=device,
+        platform_start_s=platform_s,
+        platform_start_cpu_s=platform_cpu,
+        total_wall_s=time.monotonic() - started,
+        total_cpu_s=tree_cpu_seconds()[0] - cpu_before,
+        subreaper=subreaper,
+        leftover_processes_killed=len(killed),
+    )
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench._artos_run")
+    parser.add_argument("--system", required=True, choices=["loom", "ray"])
+    parser.add_argument("--workload", required=True, help="Workload as JSON")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    workload = Workload.from_json(json.loads(args.workload))
+    result = run(args.system, workload, args.device)
+    Path(args.out).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

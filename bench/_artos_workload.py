@@ -1,0 +1,116 @@
+"""What the ARTOS-vs-Ray benches run in both systems (artos §6.1), and how a run's progress is
+recorded: the learning curve, the CPU-seconds of the run's process tree, and the moment the
+return target is reached.
+
+A run's clock starts at the *job*: after the platform is up (Ray's GCS and raylet from
+``ray.init``; Loom's buffer service), before either system starts its actors (Ray actor
+processes; Loom's zygote). The platform's own start-up is reported apart.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from bench._artos_cpu import tree_breakdown, tree_cpu_seconds
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Identical in both systems: algorithm, actor program, actors, steps, seed, stop rule."""
+
+    algorithm: str  # "ppo" or "dqn"
+    program: str  # module:attribute of the actor program (workers.actors.gym_programs)
+    actors: int
+    steps: int  # steps per actor per sampling call (one invocation, one Ray task)
+    target_return: float  # mean return of the last ``window`` episodes to reach
+    window: int
+    max_env_steps: int
+    replay_capacity: int = 0  # off-policy only
+    seed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Workload:
+        return cls(**data)
+
+
+def actor_names(workload: Workload) -> list[str]:
+    return [f"actor{i}" for i in range(workload.actors)]
+
+
+@dataclass
+class Progress:
+    """The learning curve and resource use of one run, recorded by its learner."""
+
+    workload: Workload
+    started: float = field(default_factory=time.monotonic)
+    cpu_at_start: float = field(default_factory=lambda: tree_cpu_seconds()[0])
+    returns: list[float] = field(default_factory=list)
+    curve: list[dict[str, float]] = field(default_factory=list)
+    env_steps: int = 0
+    reached: dict[str, float] | None = None
+    _last_point: float = 0.0
+
+    def add_episodes(self, episode_return: npt.NDArray[Any]) -> None:
+        """Episode returns ended in a batch (NaN marks steps where none ended)."""
+        values = np.asarray(episode_return, np.float64)
+        self.returns += [float(v) for v in values[~np.isnan(values)]]
+
+    def mean_return(self) -> float | None:
+        if len(self.returns) < self.workload.window:
+            return None
+        return float(np.mean(self.returns[-self.workload.window :]))
+
+    def cpu_s(self) -> float:
+        return tree_cpu_seconds()[0] - self.cpu_at_start
+
+    def point(self, env_steps: int, min_interval_s: float = 0.0) -> None:
+        """Record progress after a learner step; the first crossing of the target is kept."""
+        self.env_steps = env_steps
+        now = time.monotonic()
+        mean = self.mean_return()
+        crossed = self.reached is None and mean is not None and mean >= self.workload.target_return
+        if not crossed and now - self._last_point < min_interval_s:
+            return
+        self._last_point = now
+        row = {
+            "t_s": now - self.started,
+            "cpu_s": self.cpu_s(),
+            "env_steps": float(env_steps),
+            "episodes": float(len(self.returns)),
+            "mean_return": math.nan if mean is None else mean,
+        }
+        self.curve.append(row)
+        if crossed:
+            self.reached = dict(row)
+
+    @property
+    def done(self) -> bool:
+        return self.reached is not None or self.env_steps >= self.workload.max_env_steps
+
+    def summary(self, **extra: Any) -> dict[str, Any]:
+        last = self.curve[-1] if self.curve else {}
+        return {
+            "reached": self.reached is not None,
+            "time_to_target_s": None if self.reached is None else self.reached["t_s"],
+            "cpu_to_target_s": None if self.reached is None else self.reached["cpu_s"],
+            "env_steps_to_target": None if self.reached is None else self.reached["env_steps"],
+            "end_t_s": last.get("t_s"),
+            "end_cpu_s": last.get("cpu_s"),
+            "env_steps": self.env_steps,
+            "episodes": len(self.returns),
+            "cpu_by_process_at_end": tree_breakdown(),
+            "curve": [
+                {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                for r in self.curve
+            ],
+            **extra,
+        }
