@@ -84,6 +84,7 @@ def test_gpu_map_query_count_does_not_grow_with_actions(operator_client: Any) ->
         return len(queries)
 
     allocated(cluster, "reward", [0])
+    count_queries()  # first-use caches (content types, permissions) warmed
     before = count_queries()
     for gpu in (1, 2, 3):
         allocated(cluster, "teacher", [gpu])
@@ -167,6 +168,7 @@ def test_buffer_list_query_count_does_not_grow_with_buffers(operator_client: Any
             assert operator_client.get(f"{API}/buffers").status_code == 200
         return len(queries)
 
+    count_queries()  # first-use caches (content types, permissions) warmed
     before = count_queries()
     BufferFactory.create_batch(4, job=job)
     assert count_queries() == before
@@ -271,6 +273,7 @@ def test_rollouts_query_count_does_not_grow_with_trajectories(
             assert operator_client.get(f"{API}/rollouts").status_code == 200
         return len(queries)
 
+    count_queries()  # first-use caches (content types, permissions) warmed
     before = count_queries()
     for index in range(6):
         TrajectoryFactory(job=job, status="generating", llm_worker=f"w{index % 3}",
