@@ -109,6 +109,9 @@ def test_buffer_page_shows_fill_and_trigger_firings_live(page: Any, live: str) -
     _wait_text(page, '[data-firings="batch"]', "12")
     assert page.locator('[data-stat="fill"] .fill-high').count() == 1
     assert navigations == []
+    page.click("button[aria-label='toggle theme']")  # the charts rebuild in the other theme
+    page.wait_for_function("document.querySelectorAll('.chart .uplot').length === 2")
+    screenshot(page, f"22-buffer-{page.evaluate('document.documentElement.dataset.theme')}")
 
 
 def _trajectory(live: str, key: str, job_id: int, **progress: Any) -> int:
