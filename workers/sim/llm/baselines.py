@@ -93,15 +93,17 @@ def lower_bound_makespan(
     degrees: Sequence[int] = MP_DEGREES,
 ) -> float:
     """Legacy model: no queueing, no interference (batch 1), the best MP: max over trajectories
-    of Σ steps (prefill of the new context + tokens · τ(m)) + tool time."""
+    of Σ steps (prefill of the new context + tokens · τ(m)) + the tool calls between steps (a
+    trajectory ends with its last generation: the rollout runs no tool after it)."""
     best = max(degrees)
     tau = model.tau(best)
     worst = 0.0
     for record in records:
         elapsed = model.prefill_seconds(record.prompt_tokens, best)
         for step in record.steps:
-            elapsed += step.output_tokens * tau + step.tool_seconds
-            elapsed += model.prefill_seconds(step.tool_output_tokens, best)
+            elapsed += step.output_tokens * tau
+        for step in record.steps[:-1]:
+            elapsed += step.tool_seconds + model.prefill_seconds(step.tool_output_tokens, best)
         worst = max(worst, elapsed)
     return worst
 
@@ -112,18 +114,21 @@ def context_lower_bound_makespan(
     degrees: Sequence[int] = MP_DEGREES,
 ) -> float:
     """Context model: each trajectory alone (batch of one, its own context only), every prefill
-    and decode phase on the MP degree fastest for it, tool time added."""
+    and decode phase on the MP degree fastest for it, the tool calls between steps added (none
+    after the last step: the rollout ends a trajectory with its last generation)."""
     prefill, decode = context_prefill_alone_seconds, context_decode_alone_seconds
     worst = 0.0
     for record in records:
         context = 0.0
         elapsed = 0.0
         new = float(record.prompt_tokens)
-        for step in record.steps:
+        last = len(record.steps) - 1
+        for index, step in enumerate(record.steps):
             elapsed += min(prefill(model, new, context, m) for m in degrees)
             context += new
             elapsed += min(decode(model, step.output_tokens, context, m) for m in degrees)
-            elapsed += step.tool_seconds
+            if index < last:
+                elapsed += step.tool_seconds
             context += step.output_tokens
             new = float(step.tool_output_tokens)
         worst = max(worst, elapsed)

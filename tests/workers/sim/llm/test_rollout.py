@@ -145,9 +145,10 @@ def test_sglang_router_systems_report_their_decisions(workload: Workload) -> Non
 
 
 def test_lower_bound_uses_the_fastest_mp() -> None:
-    record = TrajectoryRecord("t", "p", "g", 0, (StepRecord(1000, 2.0, 0),))
+    record = TrajectoryRecord("t", "p", "g", 0, (StepRecord(1000, 2.0, 0), StepRecord(500, 3.0, 0)))
     model = MPLatencyModel()
-    assert lower_bound_makespan([record], model) == pytest.approx(1000 * model.tau(8) + 2.0)
+    # the tool call between the steps counts, none runs after the last one
+    assert lower_bound_makespan([record], model) == pytest.approx(1500 * model.tau(8) + 2.0)
 
 
 def _within_group_correlation(version: int) -> float:
