@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import os
+from pathlib import Path
 
 import redis.asyncio as aioredis
 
@@ -16,6 +17,7 @@ from workers.router.app import RouterApp
 from workers.router.policies import POLICIES, make_policy
 from workers.router.pool import WorkerPool
 from workers.router.registry import Registry, RegistryNames, StatePublisher
+from workers.router.trajectories import TrajectoryTable
 from workers.router.upstream import Upstream
 
 
@@ -26,6 +28,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--worker", action="append", required=True, help="an LLM worker's URL")
     parser.add_argument("--policy", choices=sorted(POLICIES), default="heddle")
     parser.add_argument("--batch-limit", type=int, default=256, help="workers' running cap")
+    parser.add_argument(
+        "--group-limit", type=int, default=None, help="heddle: most trajectories per worker"
+    )
     parser.add_argument(
         "--redis-url",
         default=os.environ.get("REDIS_URL"),
@@ -40,6 +45,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="no keys and no trajectory registry (local experiments only; refuses --redis-url)",
     )
     parser.add_argument("--health-interval", type=float, default=1.0)
+    parser.add_argument(
+        "--history-trace",
+        type=Path,
+        default=None,
+        help="recorded trajectories (JSONL trace rows) the length predictor starts from",
+    )
+    parser.add_argument(
+        "--predictor",
+        choices=("prompt_history", "progressive"),
+        default="prompt_history",
+        help="with --history-trace: the prompt-history prior, or the progressive model trained "
+        "on the trace (heddle §4.1)",
+    )
     parser.add_argument(
         "--trajectory-idle-s",
         type=float,
@@ -69,6 +87,21 @@ async def served_models(urls: list[str]) -> tuple[str, ...]:
     return tuple(models)
 
 
+def trajectory_table(history_trace: Path | None, predictor: str) -> TrajectoryTable:
+    """The router's trajectory table; its predictor learned from ``history_trace`` when given
+    (heddle §4.1: the prompt-history prior, or the progressive model on runtime features)."""
+    if history_trace is None:
+        return TrajectoryTable()
+    from workers.algorithms.heddle.prediction import ProgressivePredictor, PromptHistoryPredictor
+    from workers.sim.llm.trajectories import read_jsonl
+
+    records = read_jsonl(history_trace)
+    prior = PromptHistoryPredictor().fit(records)
+    if predictor == "progressive":
+        return TrajectoryTable(ProgressivePredictor(prior).fit(records))
+    return TrajectoryTable(prior)
+
+
 async def main(args: argparse.Namespace) -> None:
     pool = WorkerPool(args.worker, health_interval_s=args.health_interval)
     names = RegistryNames(args.prefix)
@@ -87,8 +120,9 @@ async def main(args: argparse.Namespace) -> None:
         raise SystemExit("no worker answered /v1/models; start the workers first")
     app = RouterApp(
         pool,
-        make_policy(args.policy, batch_limit=args.batch_limit),
+        make_policy(args.policy, batch_limit=args.batch_limit, group_limit=args.group_limit),
         registry=registry,
+        table=trajectory_table(args.history_trace, args.predictor),
         models=models,
         admin_token=os.environ.get("LOOM_ROUTER_ADMIN_TOKEN"),
         publish=publisher.publish,

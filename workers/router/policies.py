@@ -14,6 +14,8 @@
   ``replan_s``, not per request. A trajectory keeps its worker (prefix cache) unless its rank says
   otherwise at a step start — which is after a tool call, the moment §5.3 migrates: with engines
   that cannot move KV the migration is a re-route, the new worker recomputing the prefix.
+  ``group_limit`` caps the trajectories one worker's group may hold (the DP's group limit, §5.2:
+  a worker's KV capacity in trajectories); without it a group is bounded by cost alone.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class HeddlePolicy:
         model: MPLatencyModel | None = None,
         mp: int = 1,
         batch_limit: int = 256,
+        group_limit: int | None = None,
         replan_fraction: float = 0.25,
         replan_s: float = 1.0,
         max_items: int = 256,
@@ -95,6 +98,7 @@ class HeddlePolicy:
         self.model = model or MPLatencyModel()
         self.mp = mp
         self.batch_limit = batch_limit
+        self.group_limit = group_limit
         self.replan_fraction = replan_fraction
         self.replan_s = replan_s
         self.max_items = max_items
@@ -132,7 +136,12 @@ class HeddlePolicy:
     def _replan(self, workers: int) -> None:
         """heddle formula 3 over the active trajectories' predicted totals."""
         lengths = [-key[0] for key in self._ranked]
-        cost = worker_cost(self.model, self.mp, len(lengths), batch_limit=self.batch_limit)
+        group_limit = self.group_limit
+        if group_limit is not None:  # more trajectories than the limits hold: spread them evenly
+            group_limit = max(group_limit, -(-len(lengths) // workers))
+        cost = worker_cost(
+            self.model, self.mp, len(lengths), batch_limit=self.batch_limit, group_limit=group_limit
+        )
         placement = place_trajectories(
             lengths, homogeneous_workers(cost, workers), max_items=self.max_items
         )
@@ -179,9 +188,11 @@ class HeddlePolicy:
 POLICIES = {"heddle": HeddlePolicy, "round_robin": RoundRobinPolicy, "least_load": LeastLoadPolicy}
 
 
-def make_policy(name: str, *, batch_limit: int = 256) -> RoutingPolicy:
+def make_policy(
+    name: str, *, batch_limit: int = 256, group_limit: int | None = None
+) -> RoutingPolicy:
     if name == "heddle":
-        return HeddlePolicy(batch_limit=batch_limit)
+        return HeddlePolicy(batch_limit=batch_limit, group_limit=group_limit)
     if name == "round_robin":
         return RoundRobinPolicy()
     if name == "least_load":
