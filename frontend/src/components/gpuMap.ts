@@ -8,6 +8,14 @@ import { DataTable } from "./table";
 
 export const CELL_STATES: GpuCell["state"][] = ["busy", "restoring", "warm", "free"];
 
+/** What each GPU state means (the legend's tooltips). */
+export const STATE_MEANING: Record<GpuCell["state"], string> = {
+  busy: "a request runs here with its service resident",
+  restoring: "a request holds this GPU but its service was not resident at the agent's last report: it is restored before running",
+  warm: "idle, a service resident (a request for it starts without a restore)",
+  free: "idle, nothing resident",
+};
+
 /** A stable colour per service name, so a service keeps its colour on every node. */
 export function serviceColour(name: string): string {
   let hash = 2166136261; // FNV-1a, then the golden angle spreads neighbouring hashes apart
@@ -95,7 +103,7 @@ export function gpuNodeCard(node: GpuNode): HTMLElement {
       h("a", { href: `/pools/${encodeURIComponent(node.pool)}`, "data-link": "", class: "muted" }, `pool ${node.pool}`),
       h(
         "span",
-        { class: "health" },
+        { class: `health ${node.heartbeat_age_s !== null && node.heartbeat_age_s < 30 ? "ok" : "stale"}` },
         node.heartbeat_age_s === null ? "no heartbeat yet" : `heartbeat ${fmtSeconds(node.heartbeat_age_s)} ago`,
       ),
     ),
@@ -103,7 +111,7 @@ export function gpuNodeCard(node: GpuNode): HTMLElement {
       "div",
       { class: "gpu-legend", "data-counts": "" },
       ...CELL_STATES.map((state) =>
-        h("span", { class: `legend-item state-${state}`, "data-count": state }, `${counts[state]} ${state}`),
+        h("span", { class: `legend-item state-${state}`, "data-count": state, title: STATE_MEANING[state] }, `${counts[state]} ${state}`),
       ),
     ),
     node.cells.length ? grid : h("p", { class: "muted" }, "this node registered no GPUs"),

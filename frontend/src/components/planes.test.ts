@@ -50,6 +50,8 @@ describe("GPU map", () => {
     expect(chunk.getAttribute("style")).toContain("grid-column: 1 / span 2");
     expect(card.querySelector('[data-count="busy"]')!.textContent).toBe("2 busy");
     expect(card.textContent).toContain("judge: weights missing");
+    expect(card.querySelector(".health")!.className).toBe("health ok");
+    expect(card.querySelector('[data-count="restoring"]')!.getAttribute("title")).toContain("restored before running");
   });
 
   it("says when a node has nothing resident", () => {

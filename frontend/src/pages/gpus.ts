@@ -2,7 +2,7 @@
 
 import "../planes.css";
 import { apiGet } from "../api";
-import { gpuNodeCard, missingNotice, serviceTable } from "../components/gpuMap";
+import { CELL_STATES, gpuNodeCard, missingNotice, serviceTable, STATE_MEANING } from "../components/gpuMap";
 import type { Page, PageContext } from "../context";
 import { h, replace } from "../dom";
 import type { GpuMap, GpuService } from "../planeTypes";
@@ -34,7 +34,7 @@ export function gpusPage(ctx: PageContext): Page {
     h(
       "p",
       { class: "gpu-legend" },
-      ...["busy", "restoring", "warm", "free"].map((state) => h("span", { class: `legend-item state-${state}` }, state)),
+      ...CELL_STATES.map((state) => h("span", { class: `legend-item state-${state}`, title: STATE_MEANING[state] }, state)),
     ),
     nodesBox,
     h("h2", {}, "Services"),
