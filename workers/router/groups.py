@@ -179,6 +179,7 @@ class GroupRun:
     started: float = field(default_factory=time.monotonic)
     first_kept_s: float | None = None
     failure: GroupFailure | None = None
+    stopping: bool = False
     prompts: list[PromptRun] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -212,6 +213,7 @@ class GroupRun:
             raise
 
     def abort_all(self) -> None:
+        self.stopping = True  # a draw not started yet never starts
         for run in self.prompts:
             for candidate in run.candidates:
                 if candidate.relay is not None and candidate.fate is None:
@@ -223,7 +225,7 @@ class GroupRun:
         self.abort_all()
 
     async def _draw(self, run: PromptRun, candidate: Candidate, seed: int) -> None:
-        while self.failure is None and not run.done:
+        while self.failure is None and not run.done and not self.stopping:
             candidate.draws += 1
             relay = candidate.relay = SampleRelay(partial(self._tokens, run, candidate))
             redraw = (candidate.draws - 1) * SEED_STRIDE * len(self.prompts)  # unused seeds

@@ -3,29 +3,22 @@ planning, streamed kept samples, early-stop aborts, bad input, clients that leav
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.workers.router.conftest import KEY, MODEL, Stack, start_stack, stop_stack
+from tests.workers.router.test_lifecycle import eventually
+from workers.algorithms.darts import adaptive_total_budget
 from workers.router.policies import RoundRobinPolicy
 
 pytestmark = pytest.mark.redis
 
 HEADERS = {"Authorization": f"Bearer {KEY}"}
 PROMPTS = ["fix the failing test", "write a parser", {"id": "q3", "prompt": "sort a list"}]
-
-
-async def eventually(condition: Callable[[], bool], what: str) -> None:
-    for _ in range(4000):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"never happened: {what}")
 
 
 def group_body(**fields: Any) -> dict[str, Any]:
@@ -84,8 +77,17 @@ async def test_adaptive_budget_over_samples_and_keeps_m_per_prompt(stack: Stack)
     assert stats["kept"] + stats["dropped"] + stats["aborted"] + stats["lost"] == 13
     assert stats["next"]["trade_off"] is not None  # λ calibrated on the first group
     assert all(v is not None for v in stats["next"]["prompt_variances"])
-    second = await stream_group(stack, group_body())
-    assert 9 <= second[0]["total_budget"] <= 18  # Eq. 9 from ρ now
+    # later groups: Eq. 9 from the ρ the previous groups left, with λ and k held
+    previous = stats
+    for _ in range(2):
+        events = await stream_group(stack, group_body())
+        expected = adaptive_total_budget(
+            rho=previous["next"]["rho"], trade_off=previous["next"]["trade_off"],
+            cost_slope=previous["next"]["cost_slope"], prompts=3, group_size=3,
+        )  # fmt: skip
+        assert events[0]["total_budget"] == expected
+        previous = events[-1]["statistics"]
+        assert previous["next"]["trade_off"] == stats["next"]["trade_off"]  # calibrated once
     await eventually(lambda: engines_idle(stack), "engines idle")
 
 
@@ -162,10 +164,14 @@ async def test_bad_input_is_a_400_naming_the_field(
     assert not stack.pool.requests
 
 
-async def test_a_group_needs_the_jobs_key(stack: Stack) -> None:
+async def test_a_group_needs_the_jobs_key_and_a_served_model(stack: Stack) -> None:
     async with httpx.AsyncClient(base_url=stack.url, timeout=30) as http:
-        answer = await http.post("/v1/loom/groups", json=group_body())
-    assert answer.status_code == 401
+        anonymous = await http.post("/v1/loom/groups", json=group_body())
+        unknown = await http.post(
+            "/v1/loom/groups", json=group_body(model="gpt-9"), headers=HEADERS
+        )
+    assert anonymous.status_code == 401
+    assert unknown.status_code == 404 and unknown.json()["errors"][0]["field"] == "model"
 
 
 async def test_a_client_that_leaves_aborts_every_candidate(stack: Stack) -> None:
@@ -180,7 +186,7 @@ async def test_a_client_that_leaves_aborts_every_candidate(stack: Stack) -> None
         await eventually(lambda: len(stack.pool.requests) == 9, "candidates in flight")
     await eventually(lambda: engines_idle(stack), "every candidate aborted on its engine")
     assert sum(e.stats.requests_aborted for e in stack.engines) == 9
-    assert not stack.app.groups.running
+    await eventually(lambda: not stack.app.groups.running, "the group's handler ended")
     assert not [t for t in stack.app.table.active if t.startswith("group-")]
 
 
@@ -215,8 +221,21 @@ async def kill_mid_group(stack: Stack, body: dict[str, Any], killed: int) -> lis
             await server.stop()
         events += [json.loads(x[6:]) async for x in lines if x.startswith("data: {")]
     await eventually(lambda: not stack.pool.requests, "nothing in flight")
-    assert not stack.app.groups.running
+    await eventually(lambda: not stack.app.groups.running, "the group's handler ended")
     return events
+
+
+async def test_a_client_that_leaves_at_once_leaves_nothing_running(stack: Stack) -> None:
+    body = group_body(budget={"policy": "fixed", "total": 18}, stream=True)
+    body["sampling"] = {"max_tokens": 10**6}
+    for _ in range(3):
+        async with (
+            httpx.AsyncClient(base_url=stack.url, timeout=60) as http,
+            http.stream("POST", "/v1/loom/groups", json=body, headers=HEADERS),
+        ):
+            pass  # gone as soon as the answer starts
+    await eventually(lambda: not stack.app.groups.running, "the groups ended")
+    await eventually(lambda: engines_idle(stack), "nothing decodes")
 
 
 async def test_a_worker_lost_mid_group_is_absorbed_or_the_group_fails_retryably(

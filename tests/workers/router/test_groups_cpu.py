@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.workers.router.conftest import KEY, MODEL, Stack, start_stack, stop_stack
+from tests.workers.router.test_lifecycle import eventually
 from workers.engine.llamacpp import LlamaCppConfig, LlamaCppEngine
 from workers.engine.tiny_model import TinyModelShape, tiny_model
 
@@ -92,5 +93,10 @@ async def test_early_stop_aborts_on_the_cpu_engine(cpu_stack: Stack) -> None:
     )
     assert aborted >= 1 and aborted + statistics["dropped"] + statistics["kept"] == 8
     engines = cpu_stack.engines
-    assert all(e.num_running == 0 and e.num_queued == 0 for e in engines)
-    assert sum(e.stats.requests_aborted for e in engines) == aborted
+    await eventually(  # the aborts reach the engines as the group ends
+        lambda: (
+            sum(e.stats.requests_aborted for e in engines) == aborted
+            and all(e.num_running == 0 and e.num_queued == 0 for e in engines)
+        ),
+        "the aborted candidates stopped on their engines",
+    )
