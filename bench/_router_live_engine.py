@@ -13,7 +13,7 @@ import contextlib
 import time
 from typing import Any
 
-from workers.engine.__main__ import parse_args
+from workers.engine.__main__ import make_engine, parse_args
 from workers.engine.app import EngineApp
 from workers.engine.asgi import Receive, Scope, Send, Server, bind, send_json
 from workers.engine.core import EmulatedEngine, EngineConfig, EngineRequest
@@ -77,15 +77,10 @@ class StatsApp:
 
 async def main() -> None:
     args = parse_args()
-    config = EngineConfig(
-        max_batch=args.max_running_requests,
-        mp=args.tp,
-        preemptive=not args.no_preemption,
-        time_scale=args.time_scale,
-        seed=args.seed,
-    )
-    engine = BusyClockEngine(config)
-    model_name = args.model_name or "loom-emulated"
+    emulated, model_name = make_engine(args)  # the engine CLI's own reading of its arguments
+    if not isinstance(emulated, EmulatedEngine):
+        raise SystemExit("this host serves the emulated backend only")
+    engine = BusyClockEngine(emulated.config)
     server = Server(StatsApp(engine, model_name), bind(args.host, args.port))
     print(f"emulated engine serving {model_name} on {server.url}", flush=True)
     try:
