@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -285,7 +286,9 @@ def run(quick: bool) -> BenchReport:
         "engine": "llama.cpp (llama-cpp-python), one process per worker",
         "router": "python -m workers.router --open, heddle",
     })  # fmt: skip
+    report.params["load_average_before"] = [round(x, 2) for x in os.getloadavg()]
     series = report.series = measure_fleet(settings)
+    report.params["load_average_after"] = [round(x, 2) for x in os.getloadavg()]  # shared cores
     medians = series["median_ratios"]
     report.targets = [
         Target.at_least(
