@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from scipy import stats
 
-from bench.darts_lab.experiment import ArmResult, LabConfig, LabResult, run_lab
+from bench.darts_lab.experiment import ArmResult, LabConfig, LabResult, StepRecord, run_lab
 from bench.report import BenchReport, Target, plot_path
 
 NAME = "darts_dynamics"
@@ -74,6 +74,10 @@ def _tail_mean(values: list[float], fraction: float = 0.2) -> float:
     return float(np.mean(values[-count:]))
 
 
+def _max_over_mean(step: StepRecord) -> float:
+    return step.generated_max_length / max(step.generated_mean_length, 1e-9)
+
+
 def run_summary(run: ArmResult, group_size: int) -> dict[str, float]:
     """One seed of one arm: per-step costs over the run and its end, and the final evaluation."""
     steps = run.steps
@@ -85,6 +89,10 @@ def run_summary(run: ArmResult, group_size: int) -> dict[str, float]:
             sum(tokens) / max(1, sum(s.samples_kept for s in steps))
         ),
         "decode_positions_per_step": float(np.mean([s.generated_max_length for s in steps])),
+        "decode_positions_last_20pct": _tail_mean([float(s.generated_max_length) for s in steps]),
+        # how long the long tail lasts under training: a step's longest sample over its mean
+        "step_max_over_mean_first_5": float(np.mean([_max_over_mean(s) for s in steps[:5]])),
+        "step_max_over_mean_median": float(np.median([_max_over_mean(s) for s in steps])),
         "generated_mean_length": float(np.mean([s.generated_mean_length for s in steps])),
         "kept_mean_length": float(np.mean([s.kept_mean_length for s in steps])),
         "samples_generated_per_step": float(np.mean([s.samples_generated for s in steps])),

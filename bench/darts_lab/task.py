@@ -10,18 +10,24 @@ prompt's ``s`` and ``c``, measured on the held-out prompts).
   answers ``A x EOS`` directly (three tokens). It may also ramble (``.`` tokens) before
   answering, and rambling answers are right only half the time ("trapped in incorrect logical
   loops").
-- ``c ≥ 2`` (hard, Pattern II "necessary and effective tails"): chaining ``c`` look-ups in one
-  token is beyond a three-layer model, but it can write the chain ``x1 … xc``
-  (``x_j = f(x_{j-1})``, ``x_0 = s``: one look-up per token) and then ``A xc EOS``: ``c + 3``
-  tokens. Short answers there are guesses (premature conclusions), and so are answers after a
-  ramble.
+- ``c ≥ 2`` (hard, Pattern II "necessary and effective tails"): the model writes the chain
+  ``x1 … xc`` (``x_j = f(x_{j-1})``, ``x_0 = s``: one look-up per token) and then ``A xc EOS``:
+  ``c + 3`` tokens. The demonstrations never answer a hard prompt directly except by a guess
+  (a premature conclusion, right one time in ten), and an answer after a ramble is a guess too.
 
 A response is ``.* digits* A x EOS``; reward 1 when the digit after the first ``A`` is right and
 EOS follows it, else 0. A response that reaches ``MAX_RESPONSE`` tokens without EOS is truncated.
 
-Ramble lengths in the demonstrations follow a discrete Pareto law with tail index 1
+Prompts: ``EASY_SHARE`` have ``c = 1``, the rest draw ``c`` uniformly from 2 … 12. The style
+warm-up's demonstrations mix, per prompt kind, a concise answer, the chain and a ramble
+(``EASY_STYLE``, ``HARD_STYLE``). Ramble lengths follow a discrete Pareto law with tail index 1
 (``P(r ≥ x) = 2/x`` up to ``MAX_RAMBLE``), so the warmed-up policy's response lengths are
 long-tailed (darts §3.2.1: a batch's longest response is many times its mean).
+
+Known limit: the reward itself penalises the verbose tail (after a ramble a hard prompt's answer
+is a guess, an easy prompt's a coin flip), so GRPO of any kind sheds it within a few steps; what
+remains is the necessary chain length, which DARTS must not cut. Pattern I's "correct but
+verbose" chains, which the reward does not penalise, are not modelled.
 """
 
 from __future__ import annotations
