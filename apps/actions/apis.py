@@ -85,6 +85,8 @@ class ActionOutputSerializer(ReusedFieldsMixin, serializers.ModelSerializer):
             "output",
             "score",
             "error_reason",
+            "service_timings",
+            "cache_events",
             "idempotency_key",
         ]
         read_only_fields = fields

@@ -42,6 +42,8 @@ PROGRESS_FIELDS = (
     "output",
     "score",
     "error_reason",
+    "service_timings",
+    "cache_events",
 )
 
 Converter = Callable[[Any, Any, Any], Any]

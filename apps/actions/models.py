@@ -89,6 +89,11 @@ class Action(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     output = models.TextField(blank=True, default="")
     score = models.FloatField(null=True, blank=True)
+    # A GPU service action's report from its agent (arl-tangram §5.3): where its time went
+    # (queue_s, restore_s, execute_s) and the service-cache events it caused (restores,
+    # evictions). NULL for the other kinds.
+    service_timings = models.JSONField(null=True, blank=True)
+    cache_events = models.JSONField(null=True, blank=True)
     error_reason = models.TextField(blank=True, default="")
 
     # NULL (not "") means "no key", so the partial unique constraint skips it.

@@ -194,10 +194,12 @@ _SCHEDULE_SET = (
 _FINISH_SET = (
     f"UPDATE {TABLE} AS a SET status = v.status, finished_at = v.finished_at, "
     "started_at = v.started_at, exit_code = v.exit_code, output = v.output, "
-    "error_reason = v.reason, score = v.score "
+    "error_reason = v.reason, score = v.score, service_timings = v.service_timings::jsonb, "
+    "cache_events = v.cache_events::jsonb "
     "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], "
-    "%s::int[], %s::text[], %s::text[], %s::float8[]) "
-    "AS v(id, status, finished_at, started_at, exit_code, output, reason, score) "
+    "%s::int[], %s::text[], %s::text[], %s::float8[], %s::text[], %s::text[]) "
+    "AS v(id, status, finished_at, started_at, exit_code, output, reason, score, "
+    "service_timings, cache_events) "
     f"WHERE a.id = v.id AND {_guard(FINISH, 'a.status')}"
 )
 
@@ -240,9 +242,8 @@ class _SetBasedWriter:
                 _FINISH_ROW_AS_A + tail, (*rows[0][1:], rows[0][0], *FINISH.sources)
             )
         else:
-            columns = _columns(
-                rows, 8
-            )  # id, status, finished, started, code, output, reason, score
+            # id, status, finished, started, code, output, reason, score, timings, cache events
+            columns = _columns(rows, 10)
             self.cursor.execute(_FINISH_SET + tail, [*columns, *FINISH.sources])
         return self.cursor.fetchall() if returning else []
 
@@ -429,6 +430,8 @@ class DjangoActionStore:
                         cap_output(update.output),
                         update.reason,
                         update.score,
+                        _json(update.service_timings) if update.service_timings else None,
+                        _json(list(update.cache_events)) if update.cache_events else None,
                     )
                     for update in finished
                 ]

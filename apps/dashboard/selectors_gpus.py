@@ -4,9 +4,10 @@ service its queue and ACT (arl-tangram §5.3, evict-on-execution).
 Everything comes from the system of record: ``Node.capacity`` keeps what the GPU agent last
 registered or reported in a heartbeat (its GPUs, NVLink groups, hosted services and the service
 cache: which service is resident on which chunk, with when it was last used); allocated
-``Action`` rows say which chunk each running request holds. What the agent does not persist —
-restore counts and restore/queue/execute timings of each request, and the transient evicting /
-restoring moments — is listed under ``missing`` instead of being guessed.
+``Action`` rows say which chunk each running request holds, and an ended one keeps its agent's
+report (``service_timings``: queue, restore and execute seconds; ``cache_events``). What is not
+persisted — the transient evicting / restoring moments — is listed under ``missing`` instead of
+being guessed.
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ from apps.resources.models import Node, PoolKind, ResourcePool, Service
 SERVICE_SAMPLE = 500
 
 MISSING = [
-    "restore counts and restore time per service: the GPU agent reports them in each result's "
-    "timings and cache events, but the scheduler does not store them",
     "evicting / restoring as they happen: only the cache the agent last reported is stored, so "
     "a chunk shows 'restoring' only while an allocated request holds it and its service was not "
     "resident there at that report",
@@ -182,11 +181,29 @@ def _mean(values: list[float | None]) -> float | None:
 
 def _phase_means(rows: list[tuple[Any, ...]]) -> dict[str, float | None]:
     """Mean wait to be scheduled (submitted → scheduled) and mean time on the agent (started →
-    finished: the device queue, the restore when the service was cold, and the run — the agent
-    reports the three apart but they are not stored)."""
+    finished: the device queue, the restore when the service was cold, and the run)."""
     return {
-        "queueing_mean_s": _mean([seconds_between(s, sch or st) for s, sch, st, _ in rows]),
-        "execution_mean_s": _mean([seconds_between(st, f) for _, _, st, f in rows]),
+        "queueing_mean_s": _mean([seconds_between(s, sch or st) for s, sch, st, _, _ in rows]),
+        "execution_mean_s": _mean([seconds_between(st, f) for _, _, st, f, _ in rows]),
+    }
+
+
+def _agent_phases(reports: list[Any]) -> dict[str, Any]:
+    """From the agents' reports of the same completions (arl-tangram §5.3): how many needed a
+    restore (their service was cold on the chunk) and the mean restore, device-queue and execute
+    seconds; completions without a report (ended before their agent ran them) are left out."""
+    timings = [t for t in reports if isinstance(t, dict)]
+
+    def seconds(key: str) -> list[float | None]:
+        return [float(t[key]) if isinstance(t.get(key), int | float) else None for t in timings]
+
+    restores = [value for value in seconds("restore_s") if value]
+    return {
+        "reported": len(timings),
+        "restores": len(restores),
+        "restore_mean_s": _mean(list(restores)),
+        "agent_queue_mean_s": _mean(seconds("queue_s")),
+        "execute_mean_s": _mean(seconds("execute_s")),
     }
 
 
@@ -206,11 +223,11 @@ def service_rows(services: list[Service], nodes: list[dict[str, Any]]) -> list[d
                 service=service, status=ActionStatus.SUCCEEDED, finished_at__isnull=False
             )
             .order_by("-finished_at")
-            .values_list("submitted_at", "scheduled_at", "started_at", "finished_at")[
-                :SERVICE_SAMPLE
-            ]
+            .values_list(
+                "submitted_at", "scheduled_at", "started_at", "finished_at", "service_timings"
+            )[:SERVICE_SAMPLE]
         )
-        acts = [seconds_between(s, f) or 0.0 for s, _, _, f in rows]
+        acts = [seconds_between(s, f) or 0.0 for s, _, _, f, _ in rows]
         warm = [
             {"node": node["name"], "start": i["start"], "size": i["size"]}
             for node in nodes
@@ -235,6 +252,7 @@ def service_rows(services: list[Service], nodes: list[dict[str, Any]]) -> list[d
                 + counts.get((service.pk, ActionStatus.RUNNING), 0),
                 "act": act_stats(acts),
                 **_phase_means(rows),
+                "agent": _agent_phases([report for *_, report in rows]),
                 "warm": warm,
                 "load_failures": failed,
             }

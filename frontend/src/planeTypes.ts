@@ -53,6 +53,7 @@ export interface GpuService {
   act: ActStats;
   queueing_mean_s: number | null;
   execution_mean_s: number | null;
+  agent: AgentPhases;
   warm: Array<{ node: string; start: number; size: number }>;
   load_failures: Record<string, string>;
 }
@@ -177,4 +178,13 @@ export interface RolloutsResponse {
   remaining_histogram: Bucket[];
   router_groups: RouterGroupRow[] | null;
   missing: string[];
+}
+
+/** What the GPU agents reported for a service's newest completions (arl-tangram §5.3). */
+export interface AgentPhases {
+  reported: number;
+  restores: number;
+  restore_mean_s: number | null;
+  agent_queue_mean_s: number | null;
+  execute_mean_s: number | null;
 }

@@ -68,6 +68,10 @@ class Action:
     attempts: int
     timings: Timings
     raw: dict[str, Any] = field(repr=False, compare=False)
+    # A GPU service action's report from its agent: queue_s, restore_s and execute_s, and the
+    # service-cache events (restores, evictions) it caused; None for other actions.
+    service_timings: dict[str, float] | None = None
+    cache_events: list[dict[str, Any]] | None = None
 
     @property
     def done(self) -> bool:
@@ -101,4 +105,6 @@ class Action:
                 finished_at=_time(body.get("finished_at")),
             ),
             raw=body,
+            service_timings=body.get("service_timings"),
+            cache_events=body.get("cache_events"),
         )

@@ -146,6 +146,8 @@ class ActionLedger:
                 output=result.output,
                 reason=result.reason or "",
                 score=result.score,
+                service_timings=dict(result.timings) or None,
+                cache_events=result.cache_events,
             )
         )
 

@@ -61,6 +61,8 @@ class FinishUpdate:
     output: str = ""
     reason: str = ""
     score: float | None = None  # the result's reward, when it has one
+    service_timings: dict[str, float] | None = None  # a GPU result's queue/restore/execute seconds
+    cache_events: tuple[dict[str, Any], ...] = ()  # the service-cache events it caused
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,17 @@ FINISH = Transition(
     "finish",
     sources=ACTIVE,
     targets=TERMINAL,
-    sets=("status", "finished_at", "started_at", "exit_code", "output", "error_reason", "score"),
+    sets=(
+        "status",
+        "finished_at",
+        "started_at",
+        "exit_code",
+        "output",
+        "error_reason",
+        "score",
+        "service_timings",
+        "cache_events",
+    ),
 )
 CANCEL = Transition(
     "cancel",

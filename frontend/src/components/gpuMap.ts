@@ -140,6 +140,14 @@ export function serviceTable(): DataTable<GpuService> {
       { header: "Mean wait to schedule", cell: (s) => fmtSeconds(s.queueing_mean_s) },
       { header: "Mean on agent (restore + run)", cell: (s) => fmtSeconds(s.execution_mean_s) },
       {
+        header: "Restores",
+        cell: (s) =>
+          h("span", { "data-svc-restores": s.name }, `${fmtCount(s.agent.restores)} / ${fmtCount(s.agent.reported)}`),
+        className: "num",
+      },
+      { header: "Mean restore", cell: (s) => fmtSeconds(s.agent.restore_mean_s) },
+      { header: "Mean execute", cell: (s) => fmtSeconds(s.agent.execute_mean_s) },
+      {
         header: "Warm on",
         cell: (s) =>
           s.warm.length ? s.warm.map((w) => `${w.node} [${w.start}..${w.start + w.size - 1}]`).join(", ") : h("span", { class: "muted" }, "cold"),

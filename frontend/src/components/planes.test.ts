@@ -70,6 +70,7 @@ describe("GPU map", () => {
       name: "reward", pool: null, backend: "torch", task: "reward", allowed_dop: [1], memory_mb: 0,
       queued: 1, running: 0, act: { p50: null, p99: null, mean: null, n: 0 },
       queueing_mean_s: null, execution_mean_s: null, warm: [], load_failures: {},
+      agent: { reported: 0, restores: 0, restore_mean_s: null, agent_queue_mean_s: null, execute_mean_s: null },
     };
     const merged = mergeMaps([
       { ...base, services: [service] },

@@ -56,6 +56,7 @@ function gpuMap(state: "warm" | "free", queued: number): GpuMap {
         name: "reward", pool: "gpu", backend: "torch", task: "reward", allowed_dop: [1], memory_mb: 0,
         queued, running: 0, act: { p50: null, p99: null, mean: null, n: 0 },
         queueing_mean_s: null, execution_mean_s: null, warm: [], load_failures: {},
+        agent: { reported: 0, restores: 0, restore_mean_s: null, agent_queue_mean_s: null, execute_mean_s: null },
       },
     ],
     missing: ["restore counts"],

@@ -145,6 +145,13 @@ def test_service_actions_run_and_the_cache_survives_a_scheduler_kill(gpu_cluster
     assert len(logprobs) == 3 and all(value <= 0 for value in logprobs)
     placed = {"rm": _gpus(rm), "teacher": _gpus(teacher)}
     assert sorted(placed.values()) == [[0], [1]], placed
+    # Each agent's report is stored with its action: where the time went, and the cold start.
+    for action in (rm, teacher):
+        assert action.service_timings is not None
+        assert set(action.service_timings) == {"queue_s", "restore_s", "execute_s"}
+        assert action.service_timings["restore_s"] > 0 and action.service_timings["execute_s"] > 0
+        assert action.cache_events and action.cache_events[-1]["kind"] in ("load", "restore")
+        assert action.cache_events[-1]["start"] == _gpus(action)[0]
 
     # The heartbeat that reported the new cache was stored with the node (§5.3).
     _wait(lambda: len(_stored_cache(node)) == 2, 30, "the cache stored with the node", cluster)

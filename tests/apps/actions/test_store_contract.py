@@ -49,6 +49,9 @@ COLUMNS = (
     "exit_code",
     "output",
     "error_reason",
+    "score",
+    "service_timings",
+    "cache_events",
 )
 INITIAL = dict.fromkeys(COLUMNS) | {"status": "queued", "attempts": 0, "output": ""}
 INITIAL["error_reason"] = ""
@@ -208,10 +211,19 @@ def test_finish_ends_any_active_row_caps_its_output_and_never_overwrites_a_cance
         "started_at": now + 1,
         "exit_code": 3,
         "score": 0.75,
+        "service_timings": SERVICE_TIMINGS,
+        "cache_events": list(CACHE_EVENTS),
     }
     applied = harness.store.apply(
         finished=[
-            FinishUpdate(i, 1, "failed", output=long_output, reason="exit_code_nonzero", **result)
+            FinishUpdate(
+                i,
+                1,
+                "failed",
+                output=long_output,
+                reason="exit_code_nonzero",
+                **(result | {"cache_events": CACHE_EVENTS}),
+            )
             for i in [*ended, cancelled]
         ]
     )
@@ -339,12 +351,30 @@ def _orm_start(harness: DjangoHarness, ids: list[int], now: float) -> None:
 
 
 LONG_OUTPUT = "y" * (OUTPUT_LIMIT_CHARS + 1)
+# A GPU agent's report (workers/agents/gpu/cache.py ``Timings`` and ``CacheEvent``).
+SERVICE_TIMINGS = {"queue_s": 0.01, "restore_s": 0.25, "execute_s": 0.5}
+CACHE_EVENTS = (
+    {"kind": "evict", "service": "teacher", "start": 0, "size": 2, "at": 10.0, "seconds": 0.0},
+    {"kind": "restore", "service": "rm", "start": 0, "size": 2, "at": 10.0, "seconds": 0.25},
+)
 
 
 def _store_finish(harness: DjangoHarness, ids: list[int], now: float) -> None:
     harness.store.apply(
         finished=[
-            FinishUpdate(i, 1, "timed_out", now + 2, now + 1, 124, LONG_OUTPUT, "timeout", 0.5)
+            FinishUpdate(
+                i,
+                1,
+                "timed_out",
+                now + 2,
+                now + 1,
+                124,
+                LONG_OUTPUT,
+                "timeout",
+                0.5,
+                SERVICE_TIMINGS,
+                CACHE_EVENTS,
+            )
             for i in ids
         ]
     )
@@ -362,6 +392,8 @@ def _orm_finish(harness: DjangoHarness, ids: list[int], now: float) -> None:
             output=LONG_OUTPUT,
             error_reason="timeout",
             score=0.5,
+            service_timings=SERVICE_TIMINGS,
+            cache_events=list(CACHE_EVENTS),
         )
 
 

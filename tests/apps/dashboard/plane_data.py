@@ -96,7 +96,7 @@ def allocated(cluster: dict[str, Any], service: str, gpus: list[int]) -> Any:
     )
 
 
-def finished(cluster: dict[str, Any], service: str, act_s: float) -> Any:
+def finished(cluster: dict[str, Any], service: str, act_s: float, **fields: Any) -> Any:
     end = timezone.now()
     return gpu_action(
         cluster,
@@ -106,6 +106,7 @@ def finished(cluster: dict[str, Any], service: str, act_s: float) -> Any:
         scheduled_at=end - timedelta(seconds=act_s / 2),
         started_at=end - timedelta(seconds=act_s / 2),
         finished_at=end,
+        **fields,
     )
 
 

@@ -31,8 +31,9 @@ def test_gpu_map_shows_chunks_services_queues_and_act(operator_client: Any) -> N
     cold = allocated(cluster, "teacher", [3])
     for _ in range(3):
         gpu_action(cluster, "reward", ActionStatus.QUEUED)
-    finished(cluster, "reward", 2.0)
-    finished(cluster, "reward", 4.0)
+    cold_start = {"queue_s": 0.1, "restore_s": 0.5, "execute_s": 1.0}
+    finished(cluster, "reward", 2.0, service_timings=cold_start)
+    finished(cluster, "reward", 4.0, service_timings=cold_start | {"restore_s": 0.0})
 
     body = operator_client.get(f"{API}/gpus").json()
     assert body["pools"] == ["gpu"]
@@ -53,9 +54,16 @@ def test_gpu_map_shows_chunks_services_queues_and_act(operator_client: Any) -> N
     assert reward["act"]["mean"] == pytest.approx(3.0, abs=0.01)
     assert reward["queueing_mean_s"] == pytest.approx(1.5, abs=0.01)
     assert reward["warm"] == [{"node": "gpu-a", "start": 0, "size": 2}]
+    assert reward["agent"] == {
+        "reported": 2,
+        "restores": 1,  # the warm one restored nothing
+        "restore_mean_s": 0.5,
+        "agent_queue_mean_s": pytest.approx(0.1),
+        "execute_mean_s": pytest.approx(1.0),
+    }
     assert services["judge"]["load_failures"] == {"gpu-a": "weights missing"}
     assert services["teacher"]["running"] == 1 and services["teacher"]["act"]["n"] == 0
-    assert any("restore" in line for line in body["missing"])  # said, not invented
+    assert any("restoring" in line for line in body["missing"])  # said, not invented
 
 
 def test_gpu_map_filters_by_pool_and_names_bad_input(operator_client: Any) -> None:

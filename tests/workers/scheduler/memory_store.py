@@ -95,6 +95,8 @@ class MemoryStore:
                 "output": finish.output,
                 "error_reason": finish.reason,
                 "score": finish.score,
+                "service_timings": finish.service_timings,
+                "cache_events": list(finish.cache_events) or None,
             }
             if self._move(finish.action_id, FINISH, status=finish.status, **columns):
                 self.finished[finish.action_id] = replace(
