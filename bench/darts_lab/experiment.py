@@ -92,6 +92,7 @@ class LabConfig:
         }
         fields["task"] = [task.EASY_STYLE, task.HARD_STYLE, task.RAMBLE_ANSWER_RIGHT]
         fields["task_shape"] = [VOCAB_SIZE, PROMPT_LENGTH, MAX_RESPONSE, task.EASY_SHARE]
+        fields["task_version"] = task.TASK_VERSION
         text = json.dumps(fields, sort_keys=True, default=list)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
