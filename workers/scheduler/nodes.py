@@ -65,13 +65,14 @@ class NodeRegistry:
             self.topology.add_node(cpu_node_spec(register))
 
     def heartbeat(
-        self, node_id: str, now: float, cache: Sequence[dict[str, Any]] = ()
+        self, node_id: str, now: float, cache: Sequence[dict[str, Any]] | None = None
     ) -> NodeRegister | None:
-        """A node is alive. A GPU node's heartbeat also reports its service cache: the pool's
-        view follows it, and when it changed, the node's registration with the new cache is
-        returned for the store (so a restarted scheduler starts from it)."""
+        """A node is alive. A GPU node's heartbeat also reports its service cache (None: the
+        agent keeps none; empty: nothing resident): the pool's view follows it, and when it
+        changed, the node's registration with the new cache is returned for the store (so a
+        restarted scheduler starts from it)."""
         self.last_seen[node_id] = now
-        if self.gpu is None or not cache:
+        if self.gpu is None or cache is None:
             return None
         self.gpu.adopt_cache(node_id, cache)
         register = self.nodes.get(node_id)

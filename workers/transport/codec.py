@@ -41,10 +41,13 @@ def wire(
     key: str | None = None,
     required: bool = False,
     omit_empty: bool = False,
+    omit_none: bool = False,
     decode: Convert | None = None,
 ) -> dict[str, Any]:
-    """A field's codec options, as ``dataclasses.field(metadata=wire(...))``."""
-    return {_WIRE: {"key": key, "required": required, "omit_empty": omit_empty, "decode": decode}}
+    """A field's codec options, as ``dataclasses.field(metadata=wire(...))``. ``omit_empty``
+    leaves out any false value; ``omit_none`` only None (an empty container is then said)."""
+    options = {"key": key, "required": required, "omit_empty": omit_empty, "decode": decode}
+    return {_WIRE: options | {"omit_none": omit_none}}
 
 
 class WireRecord:
@@ -82,6 +85,7 @@ class _Plan:
         # (key, attribute, encoder or None)
         written: list[tuple[str, str, Convert | None]] = []
         omitted: list[str] = []
+        omitted_if_none: list[str] = []
         # (attribute, key, required, decoder or None)
         decoders: list[tuple[str, str, bool, Convert | None]] = []
         for field in fields:
@@ -91,6 +95,8 @@ class _Plan:
             written.append((key, field.name, _encoder(hint, top=True)))
             if options.get("omit_empty"):
                 omitted.append(key)
+            elif options.get("omit_none"):
+                omitted_if_none.append(key)
             has_default = (
                 field.default is not dataclasses.MISSING
                 or field.default_factory is not dataclasses.MISSING
@@ -99,12 +105,16 @@ class _Plan:
             decoders.append((field.name, key, required, options.get("decode") or _decoder(hint)))
         self._literal = _dict_display(self.header, written)
         self.omitted = tuple(omitted)
+        self.omitted_if_none = tuple(omitted_if_none)
         self.decoders = tuple(decoders)
 
     def encode(self, record: Any) -> dict[str, Any]:
         data = self._literal(record)
         for key in self.omitted:
             if not data[key]:
+                del data[key]
+        for key in self.omitted_if_none:
+            if data[key] is None:
                 del data[key]
         return data
 

@@ -244,7 +244,8 @@ class NodeRegister(WireRecord):
 @dataclass(frozen=True)
 class Heartbeat(WireRecord):
     """Liveness plus what the agent is running now (``action_id:attempt`` keys); a gpu agent's
-    also carries its service ``cache`` (which service is resident on which chunk)."""
+    also carries its service ``cache`` (which service is resident on which chunk): ``()`` says
+    nothing is resident (every instance evicted), None that the agent has no cache (cpu, api)."""
 
     TYPE: ClassVar[str] = "heartbeat"
 
@@ -253,7 +254,7 @@ class Heartbeat(WireRecord):
     agent_id: str
     sent_at: float
     running: tuple[str, ...] = ()
-    cache: tuple[dict[str, Any], ...] = field(default=(), metadata=wire(omit_empty=True))
+    cache: tuple[dict[str, Any], ...] | None = field(default=None, metadata=wire(omit_none=True))
 
 
 def _action_ids(raw: Any) -> tuple[int, ...]:

@@ -100,3 +100,17 @@ def test_a_service_that_never_loaded_is_named_as_such() -> None:
     healed.services["broken"] = {"kind": "torch", "sizes": [1], "device_mb": [10.0]}
     pool.register(healed)
     assert pool.never_fits(spec("a", "broken")) is None
+
+
+def test_a_heartbeat_saying_nothing_is_resident_empties_the_view_and_the_stored_node() -> None:
+    from workers.scheduler.nodes import NodeRegistry
+
+    warm = ({"service": "rm", "start": 2, "size": 1, "last_used": 10.0},)
+    nodes = NodeRegistry("gpu")
+    nodes.gpu = LiveGpuTopology([register("g0", cache=warm)])
+    nodes.nodes["g0"] = register("g0", cache=warm)
+    assert nodes.heartbeat("g0", 20.0, None) is None  # a heartbeat without a cache: no change
+    assert set(nodes.gpu.cache_last_used) == {("rm", "g0", 2, 1)}
+    stored = nodes.heartbeat("g0", 21.0, ())  # every instance evicted
+    assert stored is not None and stored.cache == ()
+    assert nodes.gpu.cache_last_used == {} and nodes.gpu.memory_used[("g0", 2)] == 0.0

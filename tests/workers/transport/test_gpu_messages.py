@@ -54,3 +54,11 @@ def test_empty_gpu_fields_stay_off_the_wire() -> None:
         assert f'"{key}"' not in encoded
     result = ActionResult(action_id="1", attempt=1, node_id="n", status="succeeded")
     assert "timings" not in encode_json(result) and "cache_events" not in encode_json(result)
+
+
+def test_a_heartbeat_tells_an_empty_cache_from_none() -> None:
+    none = Heartbeat(node_id="c0", pool="cpu", agent_id="a", sent_at=1.0)
+    empty = Heartbeat(node_id="g0", pool="gpu", agent_id="a", sent_at=1.0, cache=())
+    assert '"cache"' not in encode_json(none) and decode_json(encode_json(none)) == none
+    assert '"cache":[]' in encode_json(empty).replace(" ", "")
+    assert decode_json(encode_json(empty)) == empty
