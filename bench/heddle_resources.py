@@ -4,7 +4,9 @@ Adaptive MP (sort-initialised simulated annealing over the GPU budget, planned f
 epoch's length distribution) vs homogeneous Fix-1 (throughput-optimised), Fix-8
 (latency-optimised) and, for completeness, Fix-2 and Fix-4. Scheduling (PPS) and placement (DP +
 migration) are the same for all. Both engine models (``context``, ``legacy``) on the same traces.
-Also the number of active trajectories over time (Fig. 16b).
+Also the number of active trajectories over time (Fig. 16b). ``adaptive`` plans with the
+context-charged planner (``SystemConfig.context_aware_planner``); the earlier mean-context
+planner is reported beside it (``adaptive_mean_context_planner``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from workers.sim.llm.systems import ENGINES
 
 NAME = "heddle_resources"
 FIXED = (1, 2, 4, 8)
+ADAPTIVE = ("adaptive", "adaptive_mean_context_planner")
 
 
 def run_engine(prompts: int, gpus: int, profiles: list[str], engine: str) -> dict:
@@ -34,13 +37,18 @@ def run_engine(prompts: int, gpus: int, profiles: list[str], engine: str) -> dic
     out: dict = {"throughput": {}, "active_over_time": {}}
     for profile in profiles:
         workload = prepare_workload(profile, prompts=prompts)
-        systems = [heddle(name="adaptive"), *(fixed_mp(m) for m in FIXED if m <= gpus)]
+        systems = [
+            heddle(name=ADAPTIVE[0]),
+            heddle(name=ADAPTIVE[1], context_aware_planner=False),
+            *(fixed_mp(m) for m in FIXED if m <= gpus),
+        ]
         results = compare_systems(workload, systems, scenario)
         out["throughput"][profile] = {name: summarise(r) for name, r in results.items()}
-        fixed = [r.throughput for name, r in results.items() if name != "adaptive"]
-        out["throughput"][profile]["adaptive_over_best_fixed"] = results[
-            "adaptive"
-        ].throughput / max(fixed)
+        fixed = [r.throughput for name, r in results.items() if name not in ADAPTIVE]
+        for name in ADAPTIVE:
+            out["throughput"][profile][f"{name}_over_best_fixed"] = results[name].throughput / max(
+                fixed
+            )
         out["active_over_time"][profile] = {
             name: [[round(t, 3), n] for t, n in r.active_over_time] for name, r in results.items()
         }
@@ -77,7 +85,7 @@ def run(quick: bool = False) -> BenchReport:
 def _plot(series: dict) -> None:
     profiles = list(series["throughput"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    names = ["adaptive", *(f"Fix-{m}" for m in FIXED)]
+    names = [*ADAPTIVE, *(f"Fix-{m}" for m in FIXED)]
     width = 0.8 / len(names)
     for i, name in enumerate(names):
         axes[0].bar(
