@@ -42,6 +42,10 @@ class Trajectory(models.Model):
     tool_s = models.FloatField(default=0.0)
     total_s = models.FloatField(default=0.0)
     reward = models.FloatField(null=True, blank=True)
+    # What the router recorded of a finished trajectory, the length predictor's training data
+    # (heddle §4.1): its prompt's tokens and, per LLM step, [output tokens, tool seconds after].
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    step_records = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -38,6 +38,7 @@ CLAIM_IDLE_MS = 30_000
 # The row's progress fields the router reports (all but the reward, which the trainer sets); the
 # rest of a snapshot (priority, migrations, at) is the router's own and shows on its live state.
 STATE_FIELDS = tuple(field for field in UPDATABLE_FIELDS if field != "reward")
+MAX_STEP_RECORDS = 10_000  # steps of one trajectory kept for the predictor's training
 EXPIRED = "expired"  # the router forgot an idle trajectory: its status stays as it was
 _STATUSES = frozenset(TrajectoryStatus.values)
 
@@ -68,7 +69,30 @@ def state_changes(state: Mapping[str, Any]) -> dict[str, Any]:
             changes[field] = float(value)
     if "llm_worker" in changes:
         changes["llm_worker"] = str(changes["llm_worker"])[:200]
+    if "prompt_tokens" in changes and not _count(changes["prompt_tokens"]):
+        raise ValueError("prompt_tokens: not a count")
+    if "step_records" in changes:
+        changes["step_records"] = _step_records(changes["step_records"])
     return changes
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _step_records(value: Any) -> list[list[float]]:
+    """``[[output tokens, tool seconds after], …]``, one per step, at most ``MAX_STEP_RECORDS``."""
+    if not isinstance(value, list) or len(value) > MAX_STEP_RECORDS:
+        raise ValueError(f"step_records: not a list of at most {MAX_STEP_RECORDS} steps")
+    records: list[list[float]] = []
+    for step in value:
+        if not (isinstance(step, list) and len(step) == 2 and _count(step[0])):
+            raise ValueError("step_records: each step is [output tokens, tool seconds]")
+        tool = step[1]
+        if not isinstance(tool, (int, float)) or isinstance(tool, bool) or not 0 <= tool < 1e9:
+            raise ValueError("step_records: tool seconds must be a non-negative number")
+        records.append([step[0], float(tool)])
+    return records
 
 
 def router_states_apply(states: Iterable[Mapping[str, Any]]) -> Drained:

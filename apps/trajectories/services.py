@@ -26,6 +26,8 @@ UPDATABLE_FIELDS = (
     "tool_s",
     "total_s",
     "reward",
+    "prompt_tokens",
+    "step_records",
 )
 
 

@@ -154,6 +154,10 @@ CELERY_BEAT_SCHEDULE = {
     "metrics-prune": {"task": "metrics.prune", "schedule": 3600.0},
     "trajectories-router-state": {"task": "trajectories.router_state", "schedule": 1.0},
     "trajectories-router-sync": {"task": "trajectories.router_sync", "schedule": 300.0},
+    "trajectories-train-length-predictor": {
+        "task": "trajectories.train_length_predictor",
+        "schedule": 600.0,
+    },
     "buffers-snapshot": {"task": "buffers.snapshot", "schedule": 5.0},
     "buffers-prune": {"task": "buffers.prune", "schedule": 3600.0},
     "buffers-sync": {"task": "buffers.sync", "schedule": 300.0},

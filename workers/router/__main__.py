@@ -16,6 +16,7 @@ from workers.engine.asgi import Server, bind
 from workers.router.app import RouterApp
 from workers.router.policies import POLICIES, make_policy
 from workers.router.pool import WorkerPool
+from workers.router.predictor_feed import PredictorFeed
 from workers.router.registry import Registry, RegistryNames, StatePublisher
 from workers.router.trajectories import TrajectoryTable
 from workers.router.upstream import Upstream
@@ -55,8 +56,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--predictor",
         choices=("prompt_history", "progressive"),
         default="prompt_history",
-        help="with --history-trace: the prompt-history prior, or the progressive model trained "
-        "on the trace (heddle §4.1)",
+        help="the prompt-history prior, or the progressive model (heddle §4.1): trained on "
+        "--history-trace when given, else the one the control plane trains from recorded "
+        "trajectories, followed as new versions are published",
+    )
+    parser.add_argument(
+        "--predictor-poll-s",
+        type=float,
+        default=30.0,
+        help="how often to look for a newly trained length predictor",
     )
     parser.add_argument(
         "--trajectory-idle-s",
@@ -118,11 +126,15 @@ async def main(args: argparse.Namespace) -> None:
     models = await served_models(args.worker)
     if not models:
         raise SystemExit("no worker answered /v1/models; start the workers first")
+    table = trajectory_table(args.history_trace, args.predictor)
+    feed = None
+    if args.predictor == "progressive" and args.history_trace is None and client is not None:
+        feed = PredictorFeed(client, names, table, interval_s=args.predictor_poll_s)
     app = RouterApp(
         pool,
         make_policy(args.policy, batch_limit=args.batch_limit, group_limit=args.group_limit),
         registry=registry,
-        table=trajectory_table(args.history_trace, args.predictor),
+        table=table,
         models=models,
         admin_token=os.environ.get("LOOM_ROUTER_ADMIN_TOKEN"),
         publish=publisher.publish,
@@ -132,6 +144,8 @@ async def main(args: argparse.Namespace) -> None:
     await publisher.start()
     if registry is not None:
         await registry.start()
+    if feed is not None:
+        await feed.start()
     print(f"router ({args.policy}) serving {', '.join(models)} on {server.url}", flush=True)
 
     async def sweep() -> None:
@@ -144,6 +158,8 @@ async def main(args: argparse.Namespace) -> None:
         await server.serve_forever()
     finally:
         sweeper.cancel()
+        if feed is not None:
+            await feed.stop()
         await pool.close()
         await publisher.close()
         if registry is not None:

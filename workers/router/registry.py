@@ -61,6 +61,16 @@ class RegistryNames:
     def trajectory_state(self) -> str:
         return f"{self.prefix}:router:trajectory-state"
 
+    @property
+    def length_predictor(self) -> str:
+        """The control plane's newest trained length predictor (a pickle, heddle §4.1)."""
+        return f"{self.prefix}:router:length-predictor"
+
+    @property
+    def length_predictor_meta(self) -> str:
+        """Its version and how it was trained and evaluated (JSON)."""
+        return f"{self.prefix}:router:length-predictor:meta"
+
 
 class ControlPlaneRegistry(Protocol):
     """What the router asks the control plane: whose key, whose trajectory (job ids as text;

@@ -57,6 +57,10 @@ class TrajectoryState:
     migrations: int = 0
     last_step_end: float | None = None
     in_flight: set[str] = field(default_factory=set)
+    # Per completed step: its output tokens, and the tool time until the next step started —
+    # the recorded trajectory the control plane trains the length predictor on (heddle §4.1).
+    step_tokens: list[int] = field(default_factory=list)
+    step_tool_s: list[float] = field(default_factory=list)
 
     @property
     def predicted_total(self) -> float:
@@ -82,7 +86,13 @@ class TrajectoryState:
             "tool_s": round(self.tool_s, 6),
             "total_s": round(total, 6),
             "at": time.time(),
-        }
+        } | (self.record() if self.status == FINISHED else {})
+
+    def record(self) -> dict[str, Any]:
+        """A finished trajectory's steps, as the predictor's training trace keeps them."""
+        pairs = zip(self.step_tokens, self.step_tool_s, strict=True)
+        steps = [[tokens, round(tool, 6)] for tokens, tool in pairs]
+        return {"prompt_tokens": self.prompt_tokens, "step_records": steps}
 
 
 class TrajectoryTable:
@@ -142,7 +152,10 @@ class TrajectoryTable:
 
     def step_started(self, state: TrajectoryState, now: float) -> None:
         if state.last_step_end is not None:
-            state.tool_s += max(0.0, now - state.last_step_end)
+            gap = max(0.0, now - state.last_step_end)
+            state.tool_s += gap
+            if state.step_tool_s:
+                state.step_tool_s[-1] += gap
         state.status = GENERATING
 
     def step_finished(
@@ -160,6 +173,8 @@ class TrajectoryTable:
         if state.first_step_tokens is None:
             state.first_step_tokens = tokens
         state.last_step_tokens = tokens
+        state.step_tokens.append(tokens)
+        state.step_tool_s.append(0.0)
         state.queueing_s += queueing_s
         state.generation_s += generation_s
         state.last_step_end = now

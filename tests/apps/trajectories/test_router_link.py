@@ -139,6 +139,11 @@ def test_malformed_values_do_not_reach_the_row() -> None:
     base: dict[str, Any] = {"trajectory": trajectory.pk, "job": str(trajectory.job_id)}
     base["event"] = "step"
     bad: list[dict[str, Any]] = [
+        base | {"step_records": [[10, -1.0]]},
+        base | {"step_records": [[10]]},
+        base | {"step_records": "steps"},
+        base | {"step_records": [[1, 0.0]] * 10_001},
+        base | {"prompt_tokens": True},
         base | {"tokens": -1},
         base | {"steps": "many"},
         base | {"tool_s": -0.5},
@@ -151,3 +156,21 @@ def test_malformed_values_do_not_reach_the_row() -> None:
     assert router_states_apply([base | {"status": "nonsense", "tokens": 3}]).applied == 1
     trajectory.refresh_from_db()
     assert (trajectory.status, trajectory.tokens) == (TrajectoryStatus.PENDING, 3)
+
+
+def test_a_finished_trajectory_keeps_the_steps_the_router_recorded(
+    router_names: RegistryNames, redis_url: str
+) -> None:
+    trajectory = TrajectoryFactory.create(status=TrajectoryStatus.GENERATING)
+    running = _snapshot(trajectory, status="tool_call", steps=1, tokens=40, step_tokens=[40])
+    assert "step_records" not in running  # only a finished trajectory's snapshot carries them
+    finished = _snapshot(
+        trajectory, status="finished", steps=2, tokens=100, prompt_tokens=12,
+        step_tokens=[40, 60], step_tool_s=[1.5, 0.0],
+    )  # fmt: skip
+    asyncio.run(_publish(redis_url, router_names, [running, finished]))
+    assert router_state_drain().applied == 1
+    trajectory.refresh_from_db()
+    assert trajectory.status == TrajectoryStatus.FINISHED
+    assert trajectory.prompt_tokens == 12
+    assert trajectory.step_records == [[40, 1.5], [60, 0.0]]

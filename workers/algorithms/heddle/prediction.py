@@ -226,6 +226,10 @@ class ProgressivePredictor:
         if not samples:
             raise ValueError("no trajectories to train on")
         x = self.features([context for context, _ in samples])
+        # A feature no training sample has (e.g. the group's finished lengths when every member
+        # of every group needs the same number of steps) cannot be binned: a constant instead,
+        # which no tree splits on.
+        x[:, np.isnan(x).all(axis=0)] = 0.0
         y = np.log1p(np.asarray([remaining for _, remaining in samples], dtype=float))
         with _single_threaded():
             self._model.fit(x, y)
