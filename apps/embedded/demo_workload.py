@@ -26,6 +26,9 @@ from apps.actions.models import Action
 from apps.actions.notify import get_notifier
 from apps.actions.service_checks import service_default_demand
 from apps.actions.services import ActionSpec, action_submit
+from apps.buffers.dataplane import BufferServiceRefused, BufferServiceUnavailable
+from apps.buffers.experience import records_push
+from apps.buffers.models import Buffer
 from apps.core.demand import parse_demand
 from apps.jobs.models import Job
 from apps.resources.models import ResourcePool, Service, Tool
@@ -35,6 +38,7 @@ from workers.demo.projects import parse_suite, suite_command, write_command
 
 log = logging.getLogger("loom.demo")
 
+DEMO_BUFFER_NAME = "rollouts"  # the experience buffer the demo declares (manage.py demo)
 SUITE_TOOL = "pytest-suite"
 SHELL_TOOL = "shell"
 # E(m) of a pytest-xdist suite measured on small suites: worker start-up makes it sub-linear.
@@ -159,6 +163,7 @@ class DemoWorkload:
         if self._http is not None:  # the router forgets it; its rows keep the final state
             await self._http.post(f"/v1/loom/trajectories/{trajectory.pk}/end")
         await asyncio.to_thread(self._record_reward, trajectory, score, len(steps) + 1)
+        await asyncio.to_thread(self._push_experience, slot, trajectory.pk, score, len(steps) + 1)
         self.finished_trajectories += 1
 
     async def _think(self, trajectory: Trajectory, turn: int, command: str) -> None:
@@ -190,6 +195,19 @@ class DemoWorkload:
         if suite.status != "succeeded":
             log.warning("demo reward action %s ended %s: %s", suite.pk, suite.status, suite.output)
         return score
+
+    def _push_experience(self, slot: int, trajectory_id: int, reward: float, steps: int) -> None:
+        """The finished trajectory into the demo's experience buffer (artos §4), as a trainer's
+        actor would push it; a buffer service that is not there skips it (logged)."""
+        buffer = Buffer.objects.filter(job=self.job, name=DEMO_BUFFER_NAME).first()
+        if buffer is None:
+            return
+        tokens = Trajectory.objects.filter(pk=trajectory_id).values_list("tokens", flat=True)
+        records = {"reward": [reward], "tokens": [tokens.first() or 0], "steps": [steps]}
+        try:
+            records_push(buffer=buffer, actor=f"slot-{slot}", records=records)
+        except (BufferServiceUnavailable, BufferServiceRefused) as error:
+            log.warning("demo experience not buffered: %s", error)
 
     @staticmethod
     def _record_reward(trajectory: Trajectory, score: float, steps: int) -> None:

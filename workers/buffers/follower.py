@@ -30,6 +30,43 @@ log = logging.getLogger(__name__)
 RETRY_S = 1.0
 
 
+class ServedDefinitions:
+    """What ``server`` serves, kept equal to a set of definitions (name → definition JSON):
+    a new or changed definition is declared (a changed one replaces its buffer and its data),
+    one announced again unchanged keeps its data, one withdrawn is dropped."""
+
+    def __init__(self, server: BufferServer) -> None:
+        self.server = server
+        self._served: dict[str, str] = {}  # buffer name → the definition JSON it was built from
+
+    def replace_all(self, definitions: dict[str, str]) -> None:
+        """Serve exactly ``definitions``."""
+        for name in set(self._served) - set(definitions):
+            self.drop(name)
+        for name, raw in definitions.items():
+            self.declare(name, raw)
+
+    def declare(self, name: str, raw: str) -> None:
+        if self._served.get(name) == raw:
+            return  # announced again, unchanged: keep its data
+        try:
+            definition = json.loads(raw)
+            if definition.get("name") != name:
+                raise SchemaError(f"name: the definition names {definition.get('name')!r}")
+            buffer = buffer_from_definition(definition)
+        except (ValueError, KeyError, TypeError, SchemaError, TriggerError) as error:
+            log.error("buffer %s: definition not served: %s", name, error)
+            return
+        replaced = self.server.declare(buffer)
+        self._served[name] = raw
+        log.info("buffer %s %s", name, "replaced (its data dropped)" if replaced else "declared")
+
+    def drop(self, name: str) -> None:
+        self._served.pop(name, None)
+        if self.server.drop(name) is not None:
+            log.info("buffer %s dropped", name)
+
+
 class DefinitionFollower:
     """Keep ``server`` serving the definitions under ``names`` in the Redis at ``redis_url``."""
 
@@ -38,7 +75,7 @@ class DefinitionFollower:
         self.redis_url = redis_url
         self.names = names
         self.loaded = threading.Event()  # set after each full load (tests, readiness)
-        self._served: dict[str, str] = {}  # buffer name → the definition JSON it was built from
+        self._served = ServedDefinitions(server)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="buffer-definitions", daemon=True)
 
@@ -70,39 +107,15 @@ class DefinitionFollower:
 
     def _load_all(self, client: redis.Redis) -> None:
         held: Any = client.hgetall(self.names.definitions)
-        definitions = {_text(name): _text(raw) for name, raw in held.items()}
-        for name in set(self._served) - set(definitions):
-            self._drop(name)
-        for name, raw in definitions.items():
-            self._declare(name, raw)
+        self._served.replace_all({_text(name): _text(raw) for name, raw in held.items()})
         self.loaded.set()
 
     def _apply(self, client: redis.Redis, name: str) -> None:
         raw: Any = client.hget(self.names.definitions, name)
         if raw is None:
-            self._drop(name)
+            self._served.drop(name)
         else:
-            self._declare(name, _text(raw))
-
-    def _declare(self, name: str, raw: str) -> None:
-        if self._served.get(name) == raw:
-            return  # announced again, unchanged: keep its data
-        try:
-            definition = json.loads(raw)
-            if definition.get("name") != name:
-                raise SchemaError(f"name: the definition names {definition.get('name')!r}")
-            buffer = buffer_from_definition(definition)
-        except (ValueError, KeyError, TypeError, SchemaError, TriggerError) as error:
-            log.error("buffer %s: definition not served: %s", name, error)
-            return
-        replaced = self.server.declare(buffer)
-        self._served[name] = raw
-        log.info("buffer %s %s", name, "replaced (its data dropped)" if replaced else "declared")
-
-    def _drop(self, name: str) -> None:
-        self._served.pop(name, None)
-        if self.server.drop(name) is not None:
-            log.info("buffer %s dropped", name)
+            self._served.declare(name, _text(raw))
 
 
 def _text(value: bytes | str) -> str:

@@ -27,8 +27,10 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
+from apps.buffers.models import Buffer
+from apps.buffers.services import BufferSpec, TriggerSpec, buffer_create
 from apps.core.live import pool_snapshot_publish
-from apps.embedded.demo_workload import ensure_demo_tools
+from apps.embedded.demo_workload import DEMO_BUFFER_NAME, ensure_demo_tools
 from apps.jobs import services as job_services
 from apps.jobs.authentication import hash_key
 from apps.jobs.models import ApiKey, Job
@@ -49,6 +51,23 @@ DEMO_GPU_POOL = "gpu-local"
 # builds from random-weight checkpoints written under var/models (arl-tangram §5.3's MOPD and
 # reward-model services, in small).
 DEMO_SERVICES = (("reward-model", "reward"), ("teacher", "logprobs"))
+# The demo's experience buffer (artos §4): each finished trajectory's reward, tokens and steps,
+# one actor per workload slot; a learner would be triggered by every 4 steps an actor collects.
+DEMO_BUFFER = BufferSpec(
+    name=DEMO_BUFFER_NAME,
+    schema={
+        "reward": {"shape": [], "dtype": "float32"},
+        "tokens": {"shape": [], "dtype": "int64"},
+        "steps": {"shape": [], "dtype": "int64"},
+    },
+    capacity=1024,
+    eviction="fifo",
+    sampler="uniform",
+    sync_mode="off_policy",
+    triggers=(
+        TriggerSpec(name="learn", kind="data_key", params={"n": 1, "size": 4, "keys": ["reward"]}),
+    ),
+)
 
 
 def _kept_secret(path: Path, make: Any) -> tuple[str, bool]:
@@ -91,6 +110,7 @@ async def embedded_demo(
     shared by two checkouts' demos, emptied at start since a SIGTERM'd server (uvicorn re-raises
     the signal once it has shut down) never reaches the clean-up below.
     """
+    from apps.embedded.buffers import EmbeddedBuffers
     from apps.embedded.demo_workload import DemoWorkload, LlmEndpoint
     from apps.embedded.llm import EmbeddedLlm
     from apps.embedded.runtime import EmbeddedRuntime
@@ -102,11 +122,13 @@ async def embedded_demo(
     shutil.rmtree(work_root, ignore_errors=True)
     runtime = EmbeddedRuntime(work_root=work_root, publish_snapshot=pool_snapshot_publish)
     llm = None if llm_port is None else EmbeddedLlm(port=llm_port)
+    buffers = EmbeddedBuffers()
     stop = asyncio.Event()
     tasks = []
     demo = None
     try:
         await runtime.start()
+        await asyncio.to_thread(buffers.start)
         if llm is not None:
             await llm.start()
         if workload:
@@ -131,6 +153,7 @@ async def embedded_demo(
         await asyncio.gather(*tasks, return_exceptions=True)
         if llm is not None:
             await llm.stop()
+        await asyncio.to_thread(buffers.stop)
         await runtime.stop()
         shutil.rmtree(work_root, ignore_errors=True)
 
@@ -239,6 +262,8 @@ class Command(BaseCommand):
                     "description": f"a small random-weight {task} model (make demo)",
                 },
             )
+        if not Buffer.objects.filter(job=job, name=DEMO_BUFFER.name).exists():
+            buffer_create(job=job, spec=DEMO_BUFFER)
         Tool.objects.get_or_create(
             name="python",
             defaults={
