@@ -69,8 +69,11 @@ class BenchReport:
         }
 
     def write(self, results_dir: Path = RESULTS_DIR) -> Path:
+        """``NAME.json``, or ``NAME_quick.json`` for a ``--quick`` run: a quick run never
+        overwrites the full run's results beside it."""
         results_dir.mkdir(parents=True, exist_ok=True)
-        path = results_dir / f"{self.benchmark}.json"
+        suffix = "_quick" if self.quick else ""
+        path = results_dir / f"{self.benchmark}{suffix}.json"
         path.write_text(json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n")
         return path
 
