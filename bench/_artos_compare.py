@@ -109,6 +109,9 @@ def compare(
                 "learner_device_s": _ratio(_held_to_target(loom), _held_to_target(ray)),
                 "env_steps": _ratio(loom["env_steps_to_target"], ray["env_steps_to_target"]),
                 "total_cpu_s_with_platform": _ratio(loom["total_cpu_s"], ray["total_cpu_s"]),
+                "actor_held_core_s": _ratio(
+                    loom.get("actor_held_core_s"), ray.get("actor_held_core_s")
+                ),
             }
         )
     summary = {
@@ -119,6 +122,7 @@ def compare(
             "learner_device_s",
             "env_steps",
             "total_cpu_s_with_platform",
+            "actor_held_core_s",
         )
     }
     for system in SYSTEMS:

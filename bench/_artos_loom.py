@@ -62,7 +62,7 @@ def _declare(
     )
 
 
-def run_ppo(workload: Workload, device: str) -> dict[str, Any]:
+def run_ppo(workload: Workload, device: str, lock_dir: str) -> dict[str, Any]:
     schema = _schema(workload)
     learner = PPOLearner(_config(workload))
     firings: queue.Queue[Firing] = queue.Queue()
@@ -77,7 +77,7 @@ def run_ppo(workload: Workload, device: str) -> dict[str, Any]:
         firings,
     )
     flow.trigger("rollout", "invoke", ObjectKeyTrigger(PARAMS_KEY), ACTORS)
-    lease = DeviceLease(device, movable=learner)
+    lease = DeviceLease(device, movable=learner, lock_dir=lock_dir)
     with tempfile.TemporaryDirectory(prefix="artos-ppo-") as checkpoints:
         progress = Progress(workload)
         running = flow.start(checkpoint_dir=checkpoints)
@@ -106,6 +106,7 @@ def run_ppo(workload: Workload, device: str) -> dict[str, Any]:
                 learner_busy_s=on_demand.busy_s,
                 learner_leases=len(lease.intervals),
                 actor_startup_waits_s=_startup_waits(running),
+                actor_held_core_s=_actor_held_core_s(running),
             )
         finally:
             running.stop()
@@ -156,7 +157,7 @@ class AheadLimit:
             self.collecting = False
 
 
-def run_dqn(workload: Workload, device: str) -> dict[str, Any]:
+def run_dqn(workload: Workload, device: str, lock_dir: str) -> dict[str, Any]:
     schema = _schema(workload)
     config = _config(workload)
     learner = DQNLearner(config)
@@ -172,7 +173,7 @@ def run_dqn(workload: Workload, device: str) -> dict[str, Any]:
         DataKeyTrigger(1, workload.steps, schema.keys),
         limit.delivered(firings),
     )
-    lease = DeviceLease(device, movable=learner)
+    lease = DeviceLease(device, movable=learner, lock_dir=lock_dir)
     with tempfile.TemporaryDirectory(prefix="artos-dqn-") as checkpoints:
         progress = Progress(workload)
         running = flow.start(checkpoint_dir=checkpoints)
@@ -216,6 +217,7 @@ def run_dqn(workload: Workload, device: str) -> dict[str, Any]:
                 updates=learner.updates,
                 ahead_batches=AHEAD_BATCHES,
                 actor_startup_waits_s=_startup_waits(running),
+                actor_held_core_s=_actor_held_core_s(running),
             )
             pool.wait(names)
             return summary
@@ -234,6 +236,17 @@ def _stop_on_failure(running: RunningWorkflow, on_demand: OnDemandLearner) -> li
 
     running.pool.listeners.append(watch)
     return failures
+
+
+def _actor_held_core_s(running: RunningWorkflow) -> float:
+    """Core-seconds the elastic actors held (fork request to exit, times their cores): the
+    paper's resource time (artos Fig. 14), which a long-running actor holds for the whole job."""
+    return sum(
+        (i.finished_at - i.requested_at) * max(1, len(i.cores))
+        for record in running.pool.records.values()
+        for i in record.history
+        if i.finished_at is not None and i.requested_at
+    )
 
 
 def _startup_waits(running: RunningWorkflow) -> dict[str, float]:

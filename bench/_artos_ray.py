@@ -72,10 +72,10 @@ def _actors(ray: Any, workload: Workload) -> list[Any]:
     ]
 
 
-def run_ppo(ray: Any, workload: Workload, device: str) -> dict[str, Any]:
+def run_ppo(ray: Any, workload: Workload, device: str, lock_dir: str) -> dict[str, Any]:
     program: Any = load_program(workload.program)
     learner = PPOLearner(program.config)
-    lease = DeviceLease(device, movable=learner)
+    lease = DeviceLease(device, movable=learner, lock_dir=lock_dir)
     progress = Progress(workload)
     lease.acquire()
     busy_s = 0.0
@@ -92,17 +92,22 @@ def run_ppo(ray: Any, workload: Workload, device: str) -> dict[str, Any]:
             progress.point(progress.env_steps + len(batch["reward"]))
     finally:
         lease.release()
-    return progress.summary(learner_held_s=lease.held_s(), learner_busy_s=busy_s, learner_leases=1)
+    return progress.summary(
+        learner_held_s=lease.held_s(),
+        learner_busy_s=busy_s,
+        learner_leases=1,
+        actor_held_core_s=_actor_held_core_s(progress),
+    )
 
 
-def run_dqn(ray: Any, workload: Workload, device: str) -> dict[str, Any]:
+def run_dqn(ray: Any, workload: Workload, device: str, lock_dir: str) -> dict[str, Any]:
     program: Any = load_program(workload.program)
     config = program.config
     learner = DQNLearner(config)
     replay = ExperienceBuffer(
         "replay", Schema(program.schema_fields()), workload.replay_capacity, seed=workload.seed
     )
-    lease = DeviceLease(device, movable=learner)
+    lease = DeviceLease(device, movable=learner, lock_dir=lock_dir)
     progress = Progress(workload)
     lease.acquire()
     busy_s = 0.0
@@ -137,7 +142,13 @@ def run_dqn(ray: Any, workload: Workload, device: str) -> dict[str, Any]:
         learner_busy_s=busy_s,
         learner_leases=1,
         updates=learner.updates,
+        actor_held_core_s=_actor_held_core_s(progress),
     )
+
+
+def _actor_held_core_s(progress: Progress) -> float:
+    """The actors reserve every core (``num_cpus``) from their creation to the job's end."""
+    return len(os.sched_getaffinity(0)) * (time.monotonic() - progress.started)
 
 
 RUNNERS = {"ppo": run_ppo, "dqn": run_dqn}

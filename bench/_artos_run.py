@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,10 @@ def _reap_all(timeout_s: float = 20.0) -> list[int]:
 LEARNER_THREADS = 1  # both systems' learners; intra-op threads on 2 shared cores only contend
 
 
-def run(system: str, workload: Workload, device: str) -> dict[str, Any]:
+def run(system: str, workload: Workload, device: str, lock_dir: str) -> dict[str, Any]:
+    """``lock_dir``: the run's own device-lease namespace. Leases are exclusive per node, so
+    two bench runs sharing one would serialise their learners (a Ray learner holds its lease
+    for the whole job): each run gets its own, as each would on a machine of its own."""
     import torch
 
     torch.set_num_threads(LEARNER_THREADS)
@@ -60,7 +64,7 @@ def run(system: str, workload: Workload, device: str) -> dict[str, Any]:
         from bench import _artos_loom
 
         platform_s, platform_cpu, processes = 0.0, 0.0, 1
-        result = _artos_loom.RUNNERS[workload.algorithm](workload, device)
+        result = _artos_loom.RUNNERS[workload.algorithm](workload, device, lock_dir)
     elif system == "ray":
         from bench import _artos_ray
 
@@ -69,7 +73,7 @@ def run(system: str, workload: Workload, device: str) -> dict[str, Any]:
         platform_cpu, processes = tree_cpu_seconds()
         platform_cpu -= cpu_before
         try:
-            result = _artos_ray.RUNNERS[workload.algorithm](ray, workload, device)
+            result = _artos_ray.RUNNERS[workload.algorithm](ray, workload, device, lock_dir)
             result["ray_processes_after_init"] = processes
         finally:
             ray.shutdown()
@@ -97,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     workload = Workload.from_json(json.loads(args.workload))
-    result = run(args.system, workload, args.device)
+    with tempfile.TemporaryDirectory(prefix="artos-leases-") as lock_dir:
+        result = run(args.system, workload, args.device, lock_dir)
     Path(args.out).write_text(json.dumps(result))
     return 0
 
