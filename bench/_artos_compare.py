@@ -159,7 +159,7 @@ def compare(
             "end_to_end_time_ratio_vs_ray", summary["end_to_end"] or float("inf"), END_TO_END_BOUND
         ),
     ]
-    _plot(name, workload, runs, plot_dir)
+    _plot(f"{name}_quick" if quick else name, workload, runs, plot_dir)
     return report
 
 

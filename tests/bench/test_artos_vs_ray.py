@@ -36,5 +36,5 @@ def test_quick_run_compares_both_systems(bench: ModuleType, tmp_path):
         "learner_device_seconds_saving_vs_ray",
         "returns_match_env_steps_to_target_ratio_within_2_3_to_3_2",
     }
-    assert (tmp_path / f"{bench.NAME}.png").exists()
+    assert (tmp_path / f"{bench.NAME}_quick.png").exists()
     assert tree_pids() == []  # every run's processes (Ray's daemons too) are gone
