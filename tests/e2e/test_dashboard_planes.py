@@ -45,7 +45,8 @@ def test_gpu_map_shows_chunks_and_services_and_follows_the_cache(page: Any, live
     running = allocated(cluster, "reward", [0, 1])
     allocated(cluster, "teacher", [3])  # teacher is not resident on GPU 3: it is restored there
     gpu_action(cluster, "reward", "queued")
-    finished(cluster, "reward", 2.0)
+    cold = {"queue_s": 0.0, "restore_s": 0.4, "execute_s": 0.6}
+    finished(cluster, "reward", 2.0, service_timings=cold)
     make_user("otto", "operator")
     login(page, "otto")
     page.click('a[data-nav="gpus"]')
@@ -58,7 +59,8 @@ def test_gpu_map_shows_chunks_and_services_and_follows_the_cache(page: Any, live
     assert "judge: weights missing" in node.inner_text()
     assert _text(page, '[data-svc-queued="reward"]') == "1"
     assert _text(page, '[data-svc-act="reward"]') != "–"
-    assert "restore counts" in _text(page, "[data-missing]")
+    assert _text(page, '[data-svc-restores="reward"]') == "1 / 1"  # from the agent's report
+    assert "restoring as they happen" in _text(page, "[data-missing]")
     screenshot(page, "20-gpu-map")
 
     navigations = _no_reloads(page)
