@@ -183,27 +183,34 @@ def _phase_means(rows: list[tuple[Any, ...]]) -> dict[str, float | None]:
     """Mean wait to be scheduled (submitted → scheduled) and mean time on the agent (started →
     finished: the device queue, the restore when the service was cold, and the run)."""
     return {
-        "queueing_mean_s": _mean([seconds_between(s, sch or st) for s, sch, st, _, _ in rows]),
-        "execution_mean_s": _mean([seconds_between(st, f) for _, _, st, f, _ in rows]),
+        "queueing_mean_s": _mean([seconds_between(s, sch or st) for s, sch, st, *_ in rows]),
+        "execution_mean_s": _mean([seconds_between(st, f) for _, _, st, f, *_ in rows]),
     }
 
 
-def _agent_phases(reports: list[Any]) -> dict[str, Any]:
-    """From the agents' reports of the same completions (arl-tangram §5.3): how many needed a
-    restore (their service was cold on the chunk) and the mean restore, device-queue and execute
-    seconds; completions without a report (ended before their agent ran them) are left out."""
-    timings = [t for t in reports if isinstance(t, dict)]
+def _agent_phases(reports: list[tuple[Any, Any]]) -> dict[str, Any]:
+    """From the agents' reports of the same completions, (timings, cache events) each
+    (arl-tangram §5.3): how many needed a restore (a ``load`` or ``restore`` event: their service
+    was cold on the chunk) with the mean seconds of those restores, and the mean device-queue and
+    execute seconds; completions without a report (ended before their agent ran them) are left
+    out."""
+    reported = [(t, events) for t, events in reports if isinstance(t, dict)]
 
-    def seconds(key: str) -> list[float | None]:
-        return [float(t[key]) if isinstance(t.get(key), int | float) else None for t in timings]
+    def seconds(timings: dict[str, Any], key: str) -> float | None:
+        value = timings.get(key)
+        return float(value) if isinstance(value, int | float) else None
 
-    restores = [value for value in seconds("restore_s") if value]
+    def cold(events: Any) -> bool:
+        kinds = {e.get("kind") for e in events or () if isinstance(e, dict)}
+        return bool(kinds & {"load", "restore"})
+
+    restores = [seconds(t, "restore_s") for t, events in reported if cold(events)]
     return {
-        "reported": len(timings),
+        "reported": len(reported),
         "restores": len(restores),
-        "restore_mean_s": _mean(list(restores)),
-        "agent_queue_mean_s": _mean(seconds("queue_s")),
-        "execute_mean_s": _mean(seconds("execute_s")),
+        "restore_mean_s": _mean(restores),
+        "agent_queue_mean_s": _mean([seconds(t, "queue_s") for t, _ in reported]),
+        "execute_mean_s": _mean([seconds(t, "execute_s") for t, _ in reported]),
     }
 
 
@@ -224,10 +231,15 @@ def service_rows(services: list[Service], nodes: list[dict[str, Any]]) -> list[d
             )
             .order_by("-finished_at")
             .values_list(
-                "submitted_at", "scheduled_at", "started_at", "finished_at", "service_timings"
+                "submitted_at",
+                "scheduled_at",
+                "started_at",
+                "finished_at",
+                "service_timings",
+                "cache_events",
             )[:SERVICE_SAMPLE]
         )
-        acts = [seconds_between(s, f) or 0.0 for s, _, _, f, _ in rows]
+        acts = [seconds_between(s, f) or 0.0 for s, _, _, f, _, _ in rows]
         warm = [
             {"node": node["name"], "start": i["start"], "size": i["size"]}
             for node in nodes
@@ -252,7 +264,7 @@ def service_rows(services: list[Service], nodes: list[dict[str, Any]]) -> list[d
                 + counts.get((service.pk, ActionStatus.RUNNING), 0),
                 "act": act_stats(acts),
                 **_phase_means(rows),
-                "agent": _agent_phases([report for *_, report in rows]),
+                "agent": _agent_phases([(timings, events) for *_, timings, events in rows]),
                 "warm": warm,
                 "load_failures": failed,
             }

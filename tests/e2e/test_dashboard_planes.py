@@ -46,7 +46,8 @@ def test_gpu_map_shows_chunks_and_services_and_follows_the_cache(page: Any, live
     allocated(cluster, "teacher", [3])  # teacher is not resident on GPU 3: it is restored there
     gpu_action(cluster, "reward", "queued")
     cold = {"queue_s": 0.0, "restore_s": 0.4, "execute_s": 0.6}
-    finished(cluster, "reward", 2.0, service_timings=cold)
+    restored = [{"kind": "load", "service": "reward", "start": 0, "size": 2, "at": 1.0}]
+    finished(cluster, "reward", 2.0, service_timings=cold, cache_events=restored)
     make_user("otto", "operator")
     login(page, "otto")
     page.click('a[data-nav="gpus"]')
