@@ -16,7 +16,7 @@ import json
 import logging
 import pickle
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -116,7 +116,7 @@ def train_length_predictor(limit: int = TRAINING_TRAJECTORIES) -> TrainingReport
         return _logged(report, "no Redis configured (embedded mode): nothing to publish to")
     version = f"{time.time():.3f}-{len(records)}"
     names = RegistryNames(key_prefix())
-    published = TrainingReport(**(asdict(report) | {"published": True, "version": version}))
+    published = replace(report, published=True, version=version)
     meta = asdict(published) | {"trained_at": time.time()}
     pipeline = client.pipeline(transaction=True)
     pipeline.set(names.length_predictor, pickle.dumps(model))
@@ -126,6 +126,6 @@ def train_length_predictor(limit: int = TRAINING_TRAJECTORIES) -> TrainingReport
 
 
 def _logged(report: TrainingReport, reason: str) -> TrainingReport:
-    report = TrainingReport(**(asdict(report) | {"reason": reason}))
+    report = replace(report, reason=reason)
     log.info("length predictor training: %s", json.dumps(asdict(report)))
     return report

@@ -58,8 +58,8 @@ def state_changes(state: Mapping[str, Any]) -> dict[str, Any]:
             changes[field] = state[field]
     if state.get("event") == EXPIRED or changes.get("status") not in _STATUSES:
         changes.pop("status", None)
-    for field in ("steps", "tokens", "predicted_remaining_tokens"):
-        if field in changes and (not isinstance(changes[field], int) or changes[field] < 0):
+    for field in ("steps", "tokens", "predicted_remaining_tokens", "prompt_tokens"):
+        if field in changes and not _count(changes[field]):
             raise ValueError(f"{field}: not a count")
     for field in ("queueing_s", "generation_s", "tool_s", "total_s"):
         if field in changes:
@@ -69,14 +69,13 @@ def state_changes(state: Mapping[str, Any]) -> dict[str, Any]:
             changes[field] = float(value)
     if "llm_worker" in changes:
         changes["llm_worker"] = str(changes["llm_worker"])[:200]
-    if "prompt_tokens" in changes and not _count(changes["prompt_tokens"]):
-        raise ValueError("prompt_tokens: not a count")
     if "step_records" in changes:
         changes["step_records"] = _step_records(changes["step_records"])
     return changes
 
 
 def _count(value: Any) -> bool:
+    """A non-negative integer (a JSON ``true`` is not one)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 

@@ -46,8 +46,6 @@ class TrajectoryState:
     prompt_tokens: int = 0
     steps: int = 0
     tokens: int = 0
-    first_step_tokens: int | None = None
-    last_step_tokens: int | None = None
     queueing_s: float = 0.0
     generation_s: float = 0.0
     tool_s: float = 0.0
@@ -61,6 +59,14 @@ class TrajectoryState:
     # the recorded trajectory the control plane trains the length predictor on (heddle §4.1).
     step_tokens: list[int] = field(default_factory=list)
     step_tool_s: list[float] = field(default_factory=list)
+
+    @property
+    def first_step_tokens(self) -> int | None:
+        return self.step_tokens[0] if self.step_tokens else None
+
+    @property
+    def last_step_tokens(self) -> int | None:
+        return self.step_tokens[-1] if self.step_tokens else None
 
     @property
     def predicted_total(self) -> float:
@@ -170,9 +176,6 @@ class TrajectoryTable:
         """One step's response ended: progress, timings, and a fresh prediction (heddle §4.1)."""
         state.steps += 1
         state.tokens += tokens
-        if state.first_step_tokens is None:
-            state.first_step_tokens = tokens
-        state.last_step_tokens = tokens
         state.step_tokens.append(tokens)
         state.step_tool_s.append(0.0)
         state.queueing_s += queueing_s
