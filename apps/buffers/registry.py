@@ -85,16 +85,19 @@ def definition_withdrawn(*, service_name: str, using: str = DEFAULT_DB_ALIAS) ->
     transaction.on_commit(lambda: _write(service_name, None), using=using)
 
 
+def served_definitions() -> dict[str, str]:
+    """Every buffer the database defines, as a buffer service reads it: name → definition JSON."""
+    rows = Buffer.objects.prefetch_related("triggers").order_by("id")
+    return {row.service_name: json.dumps(service_definition(row)) for row in rows}
+
+
 def buffer_definitions_sync() -> int:
     """Rebuild the hash from the database; returns how many definitions it holds."""
     client = configured_redis()
     if client is None:
         return 0
     names = BufferNames(key_prefix())
-    rows = Buffer.objects.prefetch_related("triggers").order_by("id")
-    mapping: dict[Any, Any] = {
-        row.service_name: json.dumps(service_definition(row)) for row in rows
-    }
+    mapping: dict[Any, Any] = served_definitions()
     with client.pipeline(transaction=True) as pipe:
         pipe.delete(names.definitions)
         if mapping:

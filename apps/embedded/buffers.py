@@ -11,7 +11,6 @@ snapshots, from a thread of its own.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -22,8 +21,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from apps.buffers import dataplane
-from apps.buffers.models import Buffer
-from apps.buffers.registry import service_definition
+from apps.buffers.registry import served_definitions
 from apps.buffers.services import buffer_snapshots_record
 from workers.buffers.follower import ServedDefinitions
 from workers.buffers.service import BufferServer
@@ -71,10 +69,7 @@ class EmbeddedBuffers:
     def sync(self) -> None:
         """Serve exactly the buffers the database defines now."""
         assert self._served is not None
-        buffers = Buffer.objects.prefetch_related("triggers").order_by("id")
-        self._served.replace_all(
-            {b.service_name: json.dumps(service_definition(b), sort_keys=True) for b in buffers}
-        )
+        self._served.replace_all(served_definitions())
 
     def _run(self) -> None:
         since_snapshot = 0.0
