@@ -290,6 +290,12 @@ class ActorPool:
         with self._lock:
             return {name: record.state.value for name, record in self.records.items()}
 
+    def summaries(self) -> list[dict[str, Any]]:
+        """Each actor's state, invocations and start-up latencies, as a workflow reports them
+        to the buffer service (``BufferClient.report_actors``) for the dashboard."""
+        with self._lock:
+            return [actor_summary(record) for record in self.records.values()]
+
     # -- events -------------------------------------------------------------------------------
     def _read(self) -> None:
         assert self._socket is not None
@@ -339,6 +345,33 @@ class ActorPool:
             record.pid, record.current = None, None
             record.invocations += 1
             record.history.append(current)
+
+
+REPORTED_STATES = {ActorState.WARM: "prewarmed"}  # the dashboard's word; the rest as they are
+
+
+def actor_summary(record: ActorRecord) -> dict[str, Any]:
+    """An actor's report: ``restored`` counts starts from its checkpoint, ``cold`` starts with
+    none (the program's fresh state); start-up wait is invocation to ready (0 when pre-warmed
+    in time), over every finished invocation."""
+    waits = sorted(i.startup_wait_s for i in record.history if i.startup_wait_s is not None)
+    last = record.history[-1] if record.history else None
+
+    def quantile(q: float) -> float | None:
+        return waits[min(len(waits) - 1, int(q * len(waits)))] if waits else None
+
+    restored = sum(1 for i in record.history if i.restored)
+    return {
+        "actor": record.name,
+        "state": REPORTED_STATES.get(record.state, record.state.value),
+        "invocations": record.invocations,
+        "restored": restored,
+        "cold": len(record.history) - restored,
+        "last_startup_wait_s": None if last is None else last.startup_wait_s,
+        "last_restore_s": None if last is None else last.restore_s,
+        "startup_wait_p50_s": quantile(0.5),
+        "startup_wait_p99_s": quantile(0.99),
+    }
 
 
 def _repo_root() -> str:
