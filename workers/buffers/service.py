@@ -2,7 +2,9 @@
 
 ``BufferServer`` owns one or more ``ExperienceBuffer`` s and answers requests on a ZeroMQ ROUTER
 socket from its own thread: put, put_object, get_object, gather, sample (full batch, uniform,
-prioritised), update_priorities, drop_actor, stats. Triggers run in the server thread on every
+prioritised, n-step, FIFO per actor), update_priorities, drop_actor, report_actors (a workflow's
+elastic actors: state and start-up latencies, the latest per workflow and actor, shown in
+stats), stats. Triggers run in the server thread on every
 change, and time triggers also every ``TICK_S``; their firings go wherever their passers send
 them. ``BufferClient`` is the blocking client an actor, a cache service or a learner uses (one
 per thread).
@@ -30,6 +32,16 @@ from workers.buffers.wire import WireError, decode, encode
 logger = logging.getLogger(__name__)
 
 TICK_S = 0.05  # how often the server checks the buffers' time triggers
+MAX_ACTOR_STATES = 1000  # per buffer: past it the least recently reported actor goes
+N_STEP_FIELDS = ("n", "gamma", "reward_key", "done_key")
+ACTOR_STATES = ("checkpointed", "prewarming", "prewarmed", "running", "failed")
+ACTOR_COUNTS = ("invocations", "restored", "cold")
+ACTOR_SECONDS = (
+    "last_startup_wait_s",
+    "last_restore_s",
+    "startup_wait_p50_s",
+    "startup_wait_p99_s",
+)
 
 Arrays = dict[str, npt.NDArray[Any]]
 _CLIENT_ERRORS = (
@@ -67,6 +79,7 @@ class BufferServer:
         else:
             self._socket.bind(address)
             self.address = address
+        self._actor_states: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="buffer-server", daemon=True)
 
@@ -164,8 +177,27 @@ class BufferServer:
                 batch, data = buffer.sample_prioritised(int(header["batch_size"]), keys)
                 extra = {"slots": batch.indices, "weights": batch.weights}
                 return encode({"ok": True}, {**extra, **data})
+            if kind == "n_step":
+                params: dict[str, Any] = {k: header.get(k) for k in N_STEP_FIELDS}
+                slots, data = buffer.sample_n_step(
+                    _count(header, "batch_size"),
+                    **params,
+                    keys=keys,
+                    last_keys=header.get("last_keys") or (),
+                )
+                return encode({"ok": True}, {"slots": slots, **data})
+            if kind == "fifo_per_actor":
+                size, actor = header.get("batch_size") or None, header.get("actor")
+                if actor is not None and not isinstance(actor, str):
+                    raise SamplerError(f"actor: expected an actor's name, got {actor!r}")
+                name, steps, slots, data = buffer.sample_fifo(
+                    None if size is None else _count(header, "batch_size"), actor, keys
+                )
+                arrays = {"slots": slots, "fifo.steps": steps, **data}
+                return encode({"ok": True, "actor": name}, arrays)
             raise SamplerError(
-                f"sampler: expected full_batch, uniform or prioritised, got {kind!r}"
+                "sampler: expected full_batch, uniform, prioritised, n_step or fifo_per_actor, "
+                f"got {kind!r}"
             )
         if op == "update_priorities":
             buffer.update_priorities(arrays["slots"], arrays["td_errors"])
@@ -174,9 +206,65 @@ class BufferServer:
             since = header.get("since_step")
             dropped = buffer.drop_actor(str(header["actor"]), None if since is None else int(since))
             return encode({"ok": True, "dropped": dropped})
+        if op == "report_actors":
+            self._report_actors(buffer.name, header.get("workflow"), header.get("actors"))
+            return encode({"ok": True})
         if op == "stats":
-            return encode({"ok": True, "stats": buffer.snapshot()})
+            states = self._actor_states.get(buffer.name, {})
+            listed = [states[key] for key in sorted(states)]
+            return encode({"ok": True, "stats": {**buffer.snapshot(), "actor_states": listed}})
         raise WireError(f"op: unknown operation {op!r}")
+
+    def _report_actors(self, buffer: str, workflow: Any, actors: Any) -> None:
+        """Keep each reported actor's latest state (artos §4.3's elastic actors, for the
+        dashboard); the report is checked whole before any of it is kept."""
+        if not isinstance(workflow, str) or not 0 < len(workflow) <= 200:
+            raise WireError(f"workflow: expected a name of 1..200 characters, got {workflow!r}")
+        if not isinstance(actors, list) or len(actors) > MAX_ACTOR_STATES:
+            raise WireError(f"actors: expected a list of at most {MAX_ACTOR_STATES} reports")
+        checked = [actor_report(f"actors[{i}]", report) for i, report in enumerate(actors)]
+        states = self._actor_states.setdefault(buffer, {})
+        now = time.time()
+        for report in checked:
+            key = (workflow, report["actor"])
+            states.pop(key, None)  # re-inserted last: the dict stays in order of reports
+            states[key] = {"workflow": workflow, **report, "reported_at": now}
+        while len(states) > MAX_ACTOR_STATES:
+            del states[next(iter(states))]
+
+
+def _count(header: Mapping[str, Any], field: str) -> int:
+    value = header.get(field)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise SamplerError(f"{field}: expected a positive integer, got {value!r}")
+    return value
+
+
+def actor_report(field: str, report: Any) -> dict[str, Any]:
+    """One actor's report as the service keeps it, or ``WireError`` naming the field."""
+    if not isinstance(report, dict):
+        raise WireError(f"{field}: expected an object")
+    actor, state = report.get("actor"), report.get("state")
+    if not isinstance(actor, str) or not 0 < len(actor) <= 200:
+        raise WireError(f"{field}.actor: expected a name of 1..200 characters, got {actor!r}")
+    if state not in ACTOR_STATES:
+        raise WireError(f"{field}.state: expected one of {', '.join(ACTOR_STATES)}")
+    out: dict[str, Any] = {"actor": actor, "state": state}
+    for name in ACTOR_COUNTS:
+        value = report.get(name, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise WireError(f"{field}.{name}: expected a count, got {value!r}")
+        out[name] = value
+    for name in ACTOR_SECONDS:
+        value = report.get(name)
+        if value is not None and (
+            not isinstance(value, int | float)
+            or isinstance(value, bool)
+            or not 0 <= value < float("inf")
+        ):
+            raise WireError(f"{field}.{name}: expected seconds >= 0 or null, got {value!r}")
+        out[name] = None if value is None else float(value)
+    return out
 
 
 class BufferClient:
@@ -239,6 +327,60 @@ class BufferClient:
             "keys": list(keys),
         }
         return self._call(header)[1]
+
+    def sample_n_step(
+        self,
+        buffer: str,
+        batch_size: int,
+        n: int,
+        gamma: float,
+        reward_key: str,
+        done_key: str,
+        keys: Iterable[str] = (),
+        last_keys: Iterable[str] = (),
+    ) -> Arrays:
+        """Uniform steps with their n-step returns: ``slots``, the keys, and the
+        ``n_step.*`` arrays (``ExperienceBuffer.sample_n_step``)."""
+        header = {
+            "op": "sample",
+            "buffer": buffer,
+            "sampler": "n_step",
+            "batch_size": batch_size,
+            "n": n,
+            "gamma": gamma,
+            "reward_key": reward_key,
+            "done_key": done_key,
+            "keys": list(keys),
+            "last_keys": list(last_keys),
+        }
+        return self._call(header)[1]
+
+    def sample_fifo(
+        self,
+        buffer: str,
+        batch_size: int | None = None,
+        actor: str | None = None,
+        keys: Iterable[str] = (),
+    ) -> tuple[str, Arrays]:
+        """The oldest waiting block of one actor's steps (of ``actor`` when given), at most
+        ``batch_size``: ``(actor, arrays)`` with ``slots`` and ``fifo.steps`` (its step
+        numbers, in order). Each step comes once; nothing waiting is a ``SamplerError``."""
+        header = {
+            "op": "sample",
+            "buffer": buffer,
+            "sampler": "fifo_per_actor",
+            "batch_size": batch_size,
+            "actor": actor,
+            "keys": list(keys),
+        }
+        reply, data = self._call(header)
+        return str(reply["actor"]), data
+
+    def report_actors(self, buffer: str, workflow: str, actors: list[dict[str, Any]]) -> None:
+        """A workflow's elastic actors as they are now (``ActorPool.summaries``)."""
+        self._call(
+            {"op": "report_actors", "buffer": buffer, "workflow": workflow, "actors": actors}
+        )
 
     def update_priorities(self, buffer: str, slots: Any, td_errors: Any) -> None:
         arrays = {

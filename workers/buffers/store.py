@@ -24,18 +24,22 @@ from workers.algorithms.artos import (
     BufferEvent,
     EventKind,
     EvictionPolicy,
+    FifoPerActor,
     Firing,
     PrioritisedBatch,
     PrioritisedSampler,
+    SamplerError,
     Trigger,
     eviction_policy,
     full_batch,
+    n_step_returns,
     uniform,
 )
 from workers.buffers.passers import MessagePasser, TriggerWrapper
 from workers.buffers.schema import LENGTH_SUFFIX, Schema, SchemaError
 
 Arrays = dict[str, npt.NDArray[Any]]
+N_STEP_PREFIX = "n_step."  # the n-step sampler's own arrays, beside the data keys
 
 
 class DataLostError(LookupError):
@@ -75,6 +79,9 @@ class ExperienceBuffer:
         self._slot_step = np.full(capacity, -1, dtype=np.int64)
         self._slot_keys = np.zeros(capacity, dtype=np.int64)
         self._actor_ids: dict[str, int] = {}
+        self._actor_names: list[str] = []
+        self._complete_steps: dict[str, int] = {}  # per actor: steps complete and queued FIFO
+        self.fifo = FifoPerActor(limit=capacity)
         self._actor_slots: dict[str, list[int]] = {}
         self._steps: dict[tuple[str, str], int] = {}
         self._objects: dict[str, tuple[int, Any]] = {}
@@ -126,7 +133,7 @@ class ExperienceBuffer:
     ) -> list[Firing]:
         keys = [k for k in arrays if not k.endswith(LENGTH_SUFFIX)]
         with self._lock:
-            actor_id = self._actor_ids.setdefault(actor, len(self._actor_ids))
+            actor_id = self._actor_id(actor)
             slots = self._actor_slots.setdefault(actor, [])
             start = {key: self.steps(actor, key) for key in keys}
             if len(set(start.values())) != 1:
@@ -149,12 +156,27 @@ class ExperienceBuffer:
                     self.per.add(int(slot))
             for key in keys:
                 self._steps[(actor, key)] = first + count
+            self._queue_complete(actor)
             now_value = self._now(now)
             firings: list[Firing] = []
             for key in keys:
                 event = BufferEvent(EventKind.DATA, now_value, actor=actor, key=key)
                 firings += self._changed(event)
             return firings
+
+    def _actor_id(self, actor: str) -> int:
+        if actor not in self._actor_ids:
+            self._actor_ids[actor] = len(self._actor_names)
+            self._actor_names.append(actor)
+        return self._actor_ids[actor]
+
+    def _queue_complete(self, actor: str) -> None:
+        """Steps that just became complete join the FIFO-per-actor line as one block."""
+        done = min(self.steps(actor, key) for key in self.schema.keys)
+        before = self._complete_steps.get(actor, 0)
+        if done > before:
+            self.fifo.push(actor, before, done)
+            self._complete_steps[actor] = done
 
     def _place(self, actor_id: int, step: int) -> int:
         slot = self.policy.place(self.rng)
@@ -215,6 +237,8 @@ class ExperienceBuffer:
             del slots[cut:]
             for key in keys:
                 self._steps[(actor, key)] = cut
+            self.fifo.discard_actor(actor, cut)
+            self._complete_steps[actor] = min(self._complete_steps.get(actor, 0), cut)
             if since_step is not None:
                 self._changed(BufferEvent(EventKind.RESET, self._now(now), actor=actor))
             return len(dropped)
@@ -310,6 +334,108 @@ class ExperienceBuffer:
         with self._lock:
             self.per.update(slots, td_errors)
 
+    def _held(
+        self, actor_id: int, first: int, slots: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.bool_]:
+        """Which of an actor's steps ``first, first + 1, …`` (at ``slots``) are still held and
+        complete: not dropped, not overwritten by another step."""
+        safe = np.maximum(slots, 0)
+        return (
+            (slots >= 0)
+            & (self._slot_actor[safe] == actor_id)
+            & (self._slot_step[safe] == np.arange(first, first + len(slots)))
+            & (self._slot_keys[safe] >= len(self.schema.keys))
+        )
+
+    def sample_fifo(
+        self, max_steps: int | None = None, actor: str | None = None, keys: Iterable[str] = ()
+    ) -> tuple[str, npt.NDArray[np.int64], npt.NDArray[np.int64], Arrays]:
+        """The oldest waiting block of complete steps (of ``actor`` when given), at most
+        ``max_steps``: ``(actor, steps, slots, data)``, the steps in the order the actor wrote
+        them, each taken once (artos Table 1's FIFO per actor). Steps the eviction policy
+        overwrote before they were taken are skipped."""
+        with self._lock:
+            while True:
+                name, start, stop = self.fifo.take(max_steps, actor)
+                slots = np.asarray(self._actor_slots[name][start:stop], dtype=np.int64)
+                held = self._held(self._actor_ids[name], start, slots)
+                if held.any():
+                    break
+            slots, steps = slots[held], np.arange(start, stop, dtype=np.int64)[held]
+            self.policy.mark_sampled(slots)
+            self.stats["samples"] += len(slots)
+            return name, steps, slots, self.read(slots, keys)
+
+    def _scalar_key(self, field: str, key: Any, kinds: str) -> None:
+        spec = self.schema.fields.get(key) if isinstance(key, str) else None
+        if spec is None:
+            raise SamplerError(f"{field}: {key!r} is not a key of buffer {self.name}")
+        if spec.is_tokens or spec.stored_shape not in ((), (1,)):
+            raise SamplerError(f"{field}: {key!r} must hold one number per step")
+        if np.dtype(spec.dtype).kind not in kinds:
+            raise SamplerError(f"{field}: {key!r} is {spec.dtype}, not a number")
+
+    def check_n_step(
+        self, n: Any, gamma: Any, reward_key: Any, done_key: Any, last_keys: Iterable[Any] = ()
+    ) -> None:
+        """The n-step sampler's parameters, each refusal naming its field."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise SamplerError(f"n: expected a positive integer, got {n!r}")
+        if not isinstance(gamma, int | float) or isinstance(gamma, bool) or not 0 <= gamma <= 1:
+            raise SamplerError(f"gamma: expected a number in 0..1, got {gamma!r}")
+        self._scalar_key("reward_key", reward_key, "iuf")
+        self._scalar_key("done_key", done_key, "biu")
+        for index, key in enumerate(last_keys):
+            if key not in self.data:
+                raise SamplerError(f"last_keys[{index}]: {key!r} is not a key of {self.name}")
+
+    def sample_n_step(
+        self,
+        batch_size: int,
+        n: int,
+        gamma: float,
+        reward_key: str,
+        done_key: str,
+        keys: Iterable[str] = (),
+        last_keys: Iterable[str] = (),
+    ) -> tuple[npt.NDArray[np.int64], Arrays]:
+        """Uniform steps with their n-step returns (artos Table 1, the N-step pattern).
+
+        For step t the return sums ``gamma^k · reward`` over the actor's next m ≤ n held steps,
+        cut at a done; ``n_step.discounts`` is ``gamma^m`` (0 after a done), ``n_step.steps``
+        is m and ``n_step.last_slots`` the slot of step t + m − 1, whose ``last_keys`` come
+        back as ``n_step.last.<key>`` (with a ``next_obs`` key: the state to bootstrap from).
+        """
+        last_keys = list(last_keys)
+        self.check_n_step(n, gamma, reward_key, done_key, last_keys)
+        with self._lock:
+            complete = self._complete()
+            slots = complete[uniform(len(complete), batch_size, self.rng)]
+            returns, discounts = np.zeros(batch_size), np.zeros(batch_size)
+            steps, last = np.zeros(batch_size, np.int64), np.zeros(batch_size, np.int64)
+            for row, slot in enumerate(slots.tolist()):
+                actor_id, first = int(self._slot_actor[slot]), int(self._slot_step[slot])
+                run = self._actor_slots[self._actor_names[actor_id]][first : first + n]
+                window = np.asarray(run, dtype=np.int64)
+                held = self._held(actor_id, first, window)
+                window = window[: len(window) if held.all() else int(np.argmin(held))]
+                result = n_step_returns(
+                    self.data[reward_key][window].reshape(-1),
+                    self.data[done_key][window].reshape(-1).astype(bool),
+                    gamma,
+                    n,
+                )
+                returns[row], discounts[row] = result.returns[0], result.discount[0]
+                steps[row] = result.bootstrap_index[0]
+                last[row] = window[steps[row] - 1]
+            self.policy.mark_sampled(slots)
+            self.stats["samples"] += batch_size
+            extra = {"returns": returns, "discounts": discounts, "steps": steps}
+            extra |= {"last_slots": last}
+            extra |= {f"last.{key}": self.data[key][last].copy() for key in last_keys}
+            data = self.read(slots, keys)
+            return slots, {**data, **{N_STEP_PREFIX + k: v for k, v in extra.items()}}
+
     def snapshot(self) -> dict[str, Any]:
         """Fill level and counters, for stats endpoints and the dashboard."""
         with self._lock:
@@ -321,5 +447,6 @@ class ExperienceBuffer:
                 "actors": len(self._actor_slots),
                 "objects": {k: v[0] for k, v in self._objects.items()},
                 "firings": {w.trigger_id: w.firings for w in self._triggers},
+                "fifo_waiting": self.fifo.waiting,
                 **self.stats,
             }

@@ -14,11 +14,17 @@ A trigger's target is a callable (called directly in the buffer's thread), a que
 queue), a ``tcp://`` / ``ipc://`` address (sent remotely) or ``ACTORS`` (invoke the workflow's
 elastic actors). The declaration is plain data (``to_json``) so the web tier can persist it;
 the experience data stays in the workers (shared memory, ZeroMQ), never in a database.
+
+The elastic actors' states and start-up latencies go to a buffer service (``report_actors``):
+the workflow's own by default, or the control plane's (``report_to``), whose snapshots the
+dashboard shows.
 """
 
 from __future__ import annotations
 
+import logging
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,8 +37,12 @@ from workers.algorithms.artos import (
 from workers.buffers.definitions import ACTORS_TARGET, trigger_params
 from workers.buffers.passers import DirectPasser, MessagePasser, QueuePasser, RemotePasser
 from workers.buffers.schema import Schema, SchemaError
-from workers.buffers.service import BufferServer
+from workers.buffers.service import BufferClient, BufferServer, BufferServiceError
 from workers.buffers.store import ExperienceBuffer
+
+log = logging.getLogger(__name__)
+
+REPORT_EVERY_S = 1.0  # the most often the actors' states go to the buffer service
 
 
 class WorkflowError(ValueError):
@@ -201,10 +211,12 @@ class Workflow:
         address: str = "tcp://127.0.0.1",
         clock: Callable[[], float] = time.monotonic,
         checkpoint_dir: str | None = None,
+        report_to: tuple[str, str] | None = None,
     ) -> RunningWorkflow:
         """Build the buffers (``clock`` stamps their events), serve them, start the elastic
         actors (their checkpoints in ``checkpoint_dir``, a temporary directory by default) and
-        bind the triggers."""
+        bind the triggers. The actors' states go to ``report_to`` (a buffer service's address
+        and a buffer it serves; by default this workflow's server and the actors' buffer)."""
         if not self.buffers:
             raise WorkflowError("buffers: a workflow needs at least one buffer")
         built = {
@@ -222,7 +234,7 @@ class Workflow:
         server = BufferServer(built.values(), address).start()
         running = RunningWorkflow(self, built, server)
         try:
-            running.start_actors(checkpoint_dir)
+            running.start_actors(checkpoint_dir, report_to)
             for spec in self.triggers.values():
                 if spec.target == ACTORS:
                     if running.pool is None:
@@ -248,13 +260,16 @@ class RunningWorkflow:
     ) -> None:
         self.workflow, self.buffers, self.server = workflow, buffers, server
         self.pool: Any = None
+        self.reporter: ActorReporter | None = None
         self._checkpoints: tempfile.TemporaryDirectory[str] | None = None
 
     @property
     def address(self) -> str:
         return self.server.address
 
-    def start_actors(self, checkpoint_dir: str | None) -> None:
+    def start_actors(
+        self, checkpoint_dir: str | None, report_to: tuple[str, str] | None = None
+    ) -> None:
         stage = self.workflow.actor_stage
         if stage is None or not stage.params.get("program"):
             return
@@ -274,6 +289,9 @@ class RunningWorkflow:
             cores_each=stage.cores_each,
         )
         self.pool.start()
+        address, report_buffer = report_to or (self.address, buffer)
+        self.reporter = ActorReporter(self.pool, self.workflow.name, address, report_buffer)
+        self.reporter.start()
 
     def invoke_actors(self, firing: dict[str, Any] | None = None) -> None:
         """Invoke every actor (the target ``ACTORS``: Table 3's actor invocation)."""
@@ -289,6 +307,8 @@ class RunningWorkflow:
     def stop(self) -> None:
         if self.pool is not None:
             self.pool.close()
+        if self.reporter is not None:
+            self.reporter.stop()  # the last states reported before the server goes
         self.server.stop()
         if self._checkpoints is not None:
             self._checkpoints.cleanup()
@@ -298,3 +318,51 @@ class RunningWorkflow:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ActorReporter:
+    """Reports a pool's actors (``ActorPool.summaries``) to a buffer service after they change,
+    at most every ``every_s``, from a thread of its own (its own client: ZeroMQ sockets are not
+    shared). A service that does not answer costs a logged warning, never the workflow."""
+
+    def __init__(
+        self, pool: Any, workflow: str, address: str, buffer: str, every_s: float = REPORT_EVERY_S
+    ) -> None:
+        self.pool, self.workflow, self.address, self.buffer = pool, workflow, address, buffer
+        self.every_s = every_s
+        self.reports = 0
+        self._changed = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="actor-reporter", daemon=True)
+
+    def start(self) -> ActorReporter:
+        self.pool.listeners.append(lambda event: self._changed.set())
+        self._changed.set()  # the actors as registered, before any invocation
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._changed.set()
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        client = BufferClient(self.address, timeout_s=5)
+        try:
+            while True:
+                self._changed.wait()
+                self._changed.clear()
+                self._report(client)
+                if self._stop.wait(self.every_s):
+                    if self._changed.is_set():
+                        self._report(client)
+                    return
+        finally:
+            client.close()
+
+    def _report(self, client: BufferClient) -> None:
+        try:
+            client.report_actors(self.buffer, self.workflow, self.pool.summaries())
+            self.reports += 1
+        except (BufferServiceError, TimeoutError) as error:
+            log.warning("workflow %s: actor states not reported: %s", self.workflow, error)

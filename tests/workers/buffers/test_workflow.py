@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -97,3 +98,49 @@ def test_declaration_errors_name_the_part():
         flow.trigger("b", "t", DataKeyTrigger(1, 1, ["obs"]), "http://nope")
     with pytest.raises(WorkflowError, match=r"^learner"):
         flow.learner("l", trigger="missing")
+
+
+@pytest.mark.processes
+def test_elastic_actors_report_their_states_to_the_buffer_service(tmp_path):
+    from workers.actors.cartpole import CartPoleProgram, schema_fields
+    from workers.buffers.workflow import ACTORS as INVOKE_ACTORS
+
+    schema = Schema(schema_fields())
+    flow = (
+        Workflow("reporting")
+        .buffer("rollout", schema, capacity=32, eviction="keep_unsampled")
+        .trigger("rollout", "invoke", ObjectKeyTrigger("model_param"), INVOKE_ACTORS)
+        .actors(
+            "actor",
+            count=2,
+            program="workers.actors.cartpole:program",
+            buffer="rollout",
+            steps=8,
+            params_key="model_param",
+        )
+    )
+    program = CartPoleProgram()
+    program.prepare()
+    with flow.start(checkpoint_dir=str(tmp_path)) as running:
+        running.reporter.every_s = 0.05
+        client = BufferClient(running.address)
+        for _ in range(2):
+            client.put_object("rollout", "model_param", program.initial_params())
+            time.sleep(0.2)  # the trigger's invocation is passed from the server's thread
+            running.pool.wait(flow.actor_names)
+            client.sample("rollout", "full_batch")
+        deadline = time.monotonic() + 10
+        while True:
+            states = client.stats("rollout")["actor_states"]
+            if [s["invocations"] for s in states] == [2, 2]:
+                break
+            assert time.monotonic() < deadline, states
+            time.sleep(0.05)
+        client.close()
+    assert [(s["workflow"], s["actor"], s["state"]) for s in states] == [
+        ("reporting", "actor0", "checkpointed"),
+        ("reporting", "actor1", "checkpointed"),
+    ]
+    assert all(s["cold"] == 1 and s["restored"] == 1 for s in states)
+    assert all(s["startup_wait_p99_s"] >= s["startup_wait_p50_s"] >= 0 for s in states)
+    assert all(s["last_restore_s"] > 0 for s in states)

@@ -212,28 +212,75 @@ def n_step_returns(
 
 
 class FifoPerActor:
-    """IMPALA's pattern (artos Table 1): whole per-actor blocks, oldest block first."""
+    """IMPALA's pattern (artos Table 1): per-actor blocks of steps in arrival order.
 
-    def __init__(self) -> None:
+    Each block is taken once, oldest first, so every actor's steps are consumed in the order it
+    wrote them and never twice. ``limit`` bounds the steps waiting: past it the oldest steps go
+    (a buffer holding ``limit`` steps has overwritten them anyway).
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        if limit is not None and limit < 1:
+            raise SamplerError(f"limit: expected a positive integer, got {limit}")
+        self.limit = limit
         self._blocks: deque[tuple[str, int, int]] = deque()
+        self._waiting = 0
 
     def __len__(self) -> int:
         return len(self._blocks)
+
+    @property
+    def waiting(self) -> int:
+        """Steps pushed and not yet taken."""
+        return self._waiting
 
     def push(self, actor: str, start: int, stop: int) -> None:
         if stop <= start:
             raise SamplerError(f"stop: expected > start ({start}), got {stop}")
         self._blocks.append((actor, start, stop))
+        self._waiting += stop - start
+        while self.limit is not None and self._waiting > self.limit:  # the oldest steps go
+            name, old_start, old_stop = self._blocks.popleft()
+            cut = min(old_stop - old_start, self._waiting - self.limit)
+            self._waiting -= cut
+            if old_start + cut < old_stop:
+                self._blocks.appendleft((name, old_start + cut, old_stop))
 
     def pop(self) -> tuple[str, int, int]:
         """The oldest block still waiting: (actor, start, stop)."""
-        if not self._blocks:
-            raise SamplerError("blocks: no actor block is waiting")
-        return self._blocks.popleft()
+        return self.take()
 
-    def discard_actor(self, actor: str) -> int:
-        """Drop an actor's waiting blocks (it was killed and its policy discards partial data)."""
-        kept = deque(block for block in self._blocks if block[0] != actor)
-        dropped = len(self._blocks) - len(kept)
-        self._blocks = kept
+    def take(self, max_steps: int | None = None, actor: str | None = None) -> tuple[str, int, int]:
+        """The oldest waiting block (of ``actor`` when given), cut to ``max_steps``: the rest of
+        it stays first in line, so the actor's next take continues where this one stopped."""
+        if max_steps is not None and max_steps < 1:
+            raise SamplerError(f"batch_size: expected a positive integer, got {max_steps}")
+        index = next(
+            (i for i, block in enumerate(self._blocks) if actor is None or block[0] == actor),
+            None,
+        )
+        if index is None:
+            who = "" if actor is None else f" of actor {actor!r}"
+            raise SamplerError(f"size: no block{who} is waiting")
+        name, start, stop = self._blocks[index]
+        if max_steps is not None and stop - start > max_steps:
+            self._blocks[index] = (name, start + max_steps, stop)
+            stop = start + max_steps
+        else:
+            del self._blocks[index]
+        self._waiting -= stop - start
+        return name, start, stop
+
+    def discard_actor(self, actor: str, since: int = 0) -> int:
+        """Drop an actor's waiting steps from its step ``since`` on (it was killed and its policy
+        discards the interrupted run); returns the steps dropped."""
+        kept: deque[tuple[str, int, int]] = deque()
+        for name, start, stop in self._blocks:
+            if name == actor and stop > since:
+                if start < since:
+                    kept.append((name, start, since))
+            else:
+                kept.append((name, start, stop))
+        dropped = self._waiting - sum(stop - start for _, start, stop in kept)
+        self._blocks, self._waiting = kept, self._waiting - dropped
         return dropped

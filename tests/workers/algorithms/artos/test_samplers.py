@@ -121,7 +121,30 @@ def test_fifo_per_actor_keeps_arrival_order_and_drops_a_killed_actor():
     fifo.push("a", 0, 4)
     fifo.push("b", 0, 4)
     fifo.push("a", 4, 8)
-    assert fifo.discard_actor("b") == 1
+    assert fifo.discard_actor("b") == 4
     assert [fifo.pop(), fifo.pop()] == [("a", 0, 4), ("a", 4, 8)]
     with pytest.raises(SamplerError):
         fifo.pop()
+
+
+def test_fifo_take_cuts_a_block_and_the_rest_stays_first_in_line():
+    fifo = FifoPerActor()
+    fifo.push("a", 0, 5)
+    fifo.push("b", 0, 2)
+    assert fifo.take(max_steps=3) == ("a", 0, 3)
+    assert fifo.take(actor="b") == ("b", 0, 2)
+    assert fifo.take() == ("a", 3, 5)
+    assert fifo.waiting == 0
+    with pytest.raises(SamplerError, match=r"^size: no block of actor 'a'"):
+        fifo.take(actor="a")
+    with pytest.raises(SamplerError, match=r"^batch_size"):
+        fifo.take(max_steps=0)
+
+
+def test_fifo_discards_a_killed_actor_from_a_step_on_and_bounds_what_waits():
+    fifo = FifoPerActor(limit=6)
+    fifo.push("a", 0, 4)
+    fifo.push("a", 4, 8)  # 8 waiting > 6: the two oldest steps go
+    assert fifo.waiting == 6
+    assert fifo.discard_actor("a", since=6) == 2
+    assert [fifo.take(), fifo.take()] == [("a", 2, 4), ("a", 4, 6)]
