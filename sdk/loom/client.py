@@ -325,10 +325,15 @@ class Client:
         return records
 
     def sample(
-        self, buffer_id: int, batch_size: int | None = None, keys: Iterable[str] = ()
+        self,
+        buffer_id: int,
+        batch_size: int | None = None,
+        keys: Iterable[str] = (),
+        **options: Any,
     ) -> buffers.Sample:
-        """A batch drawn with the buffer's sampler (full batch: every complete step, once)."""
-        request = buffers.sample_request(buffer_id, batch_size, keys)
+        """A batch drawn with the buffer's sampler (full batch: every complete step, once);
+        ``options``: the n-step or FIFO-per-actor sampler's (``buffers.sample_request``)."""
+        request = buffers.sample_request(buffer_id, batch_size, keys, **options)
         return buffers.parse_sample(self._send(request, retry=False))
 
     def update_priorities(self, buffer_id: int, slots: Sequence[int], td_errors: Any) -> int:
