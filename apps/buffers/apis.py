@@ -337,12 +337,12 @@ def records_field() -> serializers.DictField:
     )
 
 
-def keys_field() -> serializers.ListField:
+def keys_field(help_text: str = "data keys to return (all when empty)") -> serializers.ListField:
     return serializers.ListField(
         child=serializers.CharField(max_length=200),
         required=False,
         default=list,
-        help_text="data keys to return (all when empty)",
+        help_text=help_text,
     )
 
 
@@ -382,13 +382,35 @@ class BufferGatherApi(APIView):
 
 
 class BufferSampleApi(APIView):
-    """POST: a batch drawn with the buffer's sampler (PER: with weights and slots)."""
+    """POST: a batch drawn with the buffer's sampler (PER: with weights and slots; n-step: with
+    the returns; FIFO per actor: one actor's next steps, in order, each once)."""
 
     class InputSerializer(serializers.Serializer):
         batch_size = serializers.IntegerField(
-            required=False, min_value=1, max_value=1_000_000, help_text="not for full_batch"
+            required=False,
+            min_value=1,
+            max_value=1_000_000,
+            help_text="not for full_batch; fifo_per_actor: the most steps (else one block)",
         )
         keys = keys_field()
+        n = serializers.IntegerField(
+            required=False, min_value=1, max_value=10_000, help_text="n_step: steps summed"
+        )
+        gamma = serializers.FloatField(
+            required=False, min_value=0.0, max_value=1.0, help_text="n_step: the discount"
+        )
+        reward_key = serializers.CharField(
+            required=False, max_length=200, help_text="n_step: the key holding each reward"
+        )
+        done_key = serializers.CharField(
+            required=False, max_length=200, help_text="n_step: the key ending an episode"
+        )
+        last_keys = keys_field("n_step: keys read at each sum's last step (next_obs: bootstrap)")
+        actor = serializers.CharField(
+            required=False,
+            max_length=MAX_ACTOR_LENGTH,
+            help_text="fifo_per_actor: that actor's oldest waiting block (else any actor's)",
+        )
 
     class OutputSerializer(serializers.Serializer):
         slots = serializers.ListField(
@@ -400,13 +422,28 @@ class BufferSampleApi(APIView):
             help_text="prioritised only: importance-sampling weights",
         )
         records = records_field()
+        n_step = serializers.DictField(
+            required=False,
+            help_text="n_step only: returns, discounts (gamma^m, 0 after a done), steps (m), "
+            "last_slots and last (last_keys at each sum's last step)",
+        )
+        actor = serializers.CharField(required=False, help_text="fifo_per_actor: whose steps")
+        steps = serializers.ListField(
+            child=serializers.IntegerField(),
+            required=False,
+            help_text="fifo_per_actor: the actor's step numbers, in order",
+        )
 
     @extend_schema(request=InputSerializer, responses=OutputSerializer)
     def post(self, request: Request, buffer_id: int) -> Response:
         buffer, values = _buffer_and_input(request, buffer_id, self.InputSerializer, empty_ok=True)
+        options = {name: values.get(name) for name in experience.OPTION_OWNER}
         body = forwarded(
             lambda: experience.records_sample(
-                buffer=buffer, batch_size=values.get("batch_size"), keys=values["keys"]
+                buffer=buffer,
+                batch_size=values.get("batch_size"),
+                keys=values["keys"],
+                options=options,
             )
         )
         return Response(body)

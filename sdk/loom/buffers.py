@@ -58,11 +58,16 @@ class Buffer:
 class Sample:
     """A sampled batch: ``records`` per data key, the ``slots`` they came from and, for a
     prioritised buffer, the importance-sampling ``weights`` (pass ``slots`` back with the TD
-    errors to ``update_priorities``)."""
+    errors to ``update_priorities``). An n-step buffer adds ``n_step`` (``returns``,
+    ``discounts``, ``steps``, ``last_slots``, ``last``: the ``last_keys`` at each sum's last
+    step); a FIFO-per-actor one the ``actor`` and its ``steps``, in order."""
 
     slots: list[int]
     records: dict[str, Any]
     weights: list[float] | None = None
+    n_step: dict[str, Any] | None = None
+    actor: str | None = None
+    steps: list[int] | None = None
 
 
 def trigger(
@@ -157,11 +162,31 @@ def gather_request(
 
 
 def sample_request(
-    buffer_id: int, batch_size: int | None = None, keys: Iterable[str] = ()
+    buffer_id: int,
+    batch_size: int | None = None,
+    keys: Iterable[str] = (),
+    *,
+    n: int | None = None,
+    gamma: float | None = None,
+    reward_key: str | None = None,
+    done_key: str | None = None,
+    last_keys: Iterable[str] = (),
+    actor: str | None = None,
 ) -> Request:
+    """A sample with the buffer's sampler. n-step needs ``n``, ``gamma``, ``reward_key`` and
+    ``done_key`` (``last_keys``: read at each sum's last step, e.g. ``next_obs``); FIFO per
+    actor takes ``actor`` (that actor's next steps) and ``batch_size`` as the most steps."""
     body: dict[str, Any] = {"keys": list(keys)}
-    if batch_size is not None:
-        body["batch_size"] = batch_size
+    optional = {
+        "batch_size": batch_size,
+        "n": n,
+        "gamma": gamma,
+        "reward_key": reward_key,
+        "done_key": done_key,
+        "last_keys": list(last_keys) or None,
+        "actor": actor,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
     return Request("POST", f"{BUFFERS}/{buffer_id}/sample/", json=body)
 
 
@@ -184,7 +209,14 @@ def parse_buffers(response: httpx.Response) -> list[Buffer]:
 
 def parse_sample(response: httpx.Response) -> Sample:
     body = response.json()
-    return Sample(slots=body["slots"], records=body["records"], weights=body.get("weights"))
+    return Sample(
+        slots=body["slots"],
+        records=body["records"],
+        weights=body.get("weights"),
+        n_step=body.get("n_step"),
+        actor=body.get("actor"),
+        steps=body.get("steps"),
+    )
 
 
 def _plain(value: Any) -> Any:

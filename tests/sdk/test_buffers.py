@@ -100,6 +100,36 @@ def test_declare_a_workflow_and_prioritised_sampling(sdk: Client, buffer_service
 
 
 @pytest.mark.django_db
+def test_n_step_and_fifo_per_actor_samples(sdk: Client, buffer_service: Any) -> None:
+    schema = {**SCHEMA, "done": {"shape": [], "dtype": "bool"}}
+    n_step = sdk.declare_buffer(
+        name="nstep", schema=schema, capacity=8, eviction="fifo", sampler="n_step"
+    )
+    fifo = sdk.declare_buffer(
+        name="impala", schema=schema, capacity=8, eviction="fifo", sampler="fifo_per_actor"
+    )
+    buffer_service(n_step.id, fifo.id)
+    records = {
+        "obs": np.zeros((3, 3), np.float32),
+        "reward": np.ones(3, np.float32),
+        "done": np.array([False, False, True]),
+    }
+    for buffer in (n_step, fifo):
+        sdk.push(buffer.id, "a", records)
+    sample = sdk.sample(
+        n_step.id, batch_size=4, n=2, gamma=0.5, reward_key="reward", done_key="done"
+    )
+    assert sample.n_step is not None and len(sample.n_step["returns"]) == 4
+    assert set(sample.n_step["returns"]) <= {1.0, 1.5}
+    with pytest.raises(ApiError) as refused:
+        sdk.sample(n_step.id, batch_size=4, n=2, gamma=0.5, reward_key="reward")
+    assert refused.value.status_code == 400 and "done_key" in str(refused.value)
+    first = sdk.sample(fifo.id, batch_size=2, actor="a", keys=["reward"])
+    second = sdk.sample(fifo.id)
+    assert (first.actor, first.steps, second.steps) == ("a", [0, 1], [2])
+
+
+@pytest.mark.django_db
 def test_a_push_to_an_unreachable_service_is_sent_once(
     sdk: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -184,11 +184,93 @@ def test_an_unreachable_service_is_a_503_never_a_500(job_actor, monkeypatch):
             client.close()
 
 
-def test_samplers_the_service_does_not_run_say_so(job_actor, buffer_service):
-    buffer = declare(job_actor.client, eviction="fifo", sampler="n_step")
+STEP_SCHEMA = {
+    "obs": {"shape": [1], "dtype": "float32"},
+    "reward": {"shape": [], "dtype": "float32"},
+    "done": {"shape": [], "dtype": "bool"},
+    "next_obs": {"shape": [1], "dtype": "float32"},
+}
+
+
+def transitions(first: int, count: int, done_at: int = -1) -> dict[str, Any]:
+    index = range(first, first + count)
+    return {
+        "obs": [[float(i)] for i in index],
+        "reward": [1.0] * count,
+        "done": [i == done_at for i in index],
+        "next_obs": [[float(i + 1)] for i in index],
+    }
+
+
+def test_n_step_sampling_returns_the_discounted_sums(job_actor, buffer_service):
+    buffer = declare(job_actor.client, schema=STEP_SCHEMA, eviction="fifo", sampler="n_step")
     buffer_service(buffer["id"])
-    response = job_actor.client.post(f"/api/v1/buffers/{buffer['id']}/sample/", {}, format="json")
-    assert response.status_code == 409 and "gather" in error_fields(response)["sampler"]
+    push(job_actor.client, buffer["id"], "a", transitions(0, 4, done_at=1))
+    url = f"/api/v1/buffers/{buffer['id']}/sample/"
+    body = {
+        "batch_size": 16,
+        "n": 2,
+        "gamma": 0.5,
+        "reward_key": "reward",
+        "done_key": "done",
+        "keys": ["obs"],
+        "last_keys": ["next_obs"],
+    }
+    response = job_actor.client.post(url, body, format="json")
+    assert response.status_code == 200, response.json()
+    answer = response.json()
+    assert set(answer) == {"slots", "records", "n_step"}
+    expected = {0: (1.5, 0.0, 2), 1: (1.0, 0.0, 1), 2: (1.5, 0.25, 2), 3: (1.0, 0.5, 1)}
+    for row, (obs,) in enumerate(answer["records"]["obs"]):
+        total, discount, steps = expected[int(obs)]
+        assert answer["n_step"]["returns"][row] == pytest.approx(total)
+        assert answer["n_step"]["discounts"][row] == pytest.approx(discount)
+        assert answer["n_step"]["steps"][row] == steps
+        assert answer["n_step"]["last"]["next_obs"][row] == [obs + steps]
+
+
+def test_n_step_parameters_missing_or_wrong_are_400_naming_the_field(job_actor, buffer_service):
+    buffer = declare(job_actor.client, schema=STEP_SCHEMA, eviction="fifo", sampler="n_step")
+    buffer_service(buffer["id"])
+    push(job_actor.client, buffer["id"], "a", transitions(0, 2))
+    url = f"/api/v1/buffers/{buffer['id']}/sample/"
+    good = {"batch_size": 2, "n": 2, "gamma": 0.9, "reward_key": "reward", "done_key": "done"}
+    cases = [
+        ({"n": None}, "n"),
+        ({"gamma": 1.5}, "gamma"),
+        ({"batch_size": None}, "batch_size"),
+        ({"reward_key": "nope"}, "reward_key"),
+        ({"done_key": "obs"}, "done_key"),
+        ({"last_keys": ["nope"]}, "last_keys[0]"),
+        ({"actor": "a"}, "actor"),
+    ]
+    for change, field in cases:
+        body = {k: v for k, v in {**good, **change}.items() if v is not None}
+        response = job_actor.client.post(url, body, format="json")
+        assert response.status_code == 400, (change, response.json())
+        assert set(error_fields(response)) == {field}, change
+
+
+def test_fifo_per_actor_sampling_over_rest_takes_each_step_once_in_order(job_actor, buffer_service):
+    buffer = declare(
+        job_actor.client, schema=STEP_SCHEMA, eviction="fifo", sampler="fifo_per_actor"
+    )
+    buffer_service(buffer["id"])
+    push(job_actor.client, buffer["id"], "a", transitions(0, 3))
+    push(job_actor.client, buffer["id"], "b", transitions(10, 1))
+    url = f"/api/v1/buffers/{buffer['id']}/sample/"
+    first = job_actor.client.post(url, {"batch_size": 2, "keys": ["obs"]}, format="json")
+    assert first.status_code == 200, first.json()
+    assert (first.json()["actor"], first.json()["steps"]) == ("a", [0, 1])
+    assert first.json()["records"] == {"obs": [[0.0], [1.0]]}
+    of_b = job_actor.client.post(url, {"actor": "b"}, format="json").json()
+    assert (of_b["actor"], of_b["steps"]) == ("b", [0])
+    rest = job_actor.client.post(url, {}, format="json").json()
+    assert (rest["actor"], rest["steps"]) == ("a", [2])
+    empty = job_actor.client.post(url, {}, format="json")
+    assert empty.status_code == 409 and set(error_fields(empty)) == {"buffer"}
+    wrong = job_actor.client.post(url, {"n": 3}, format="json")
+    assert wrong.status_code == 400 and "n_step" in error_fields(wrong)["n"]
 
 
 def test_a_malformed_service_address_is_refused_naming_the_variable(monkeypatch):
