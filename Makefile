@@ -59,7 +59,7 @@ endef
 
 # Local actions run in bubblewrap, network-on tools through slirp4netns (workers/agents/cpu/sandbox.py).
 sandbox-deps:
-	$(call apt_missing,bwrap:bubblewrap slirp4netns:slirp4netns,actions cannot be sandboxed and the agent will refuse to start)
+	$(call apt_missing,bwrap:bubblewrap slirp4netns:slirp4netns nft:nftables,actions cannot be sandboxed and the agent will refuse to start)
 
 # Browser tests drive Debian's Chromium; Docker tests start their own dockerd. The tests needing
 # them skip with the reason printed when these cannot be installed (no root, no apt).

@@ -23,6 +23,7 @@ from tests.factories import JobFactory, PoolFactory, ToolFactory
 from workers.agents.cpu.agent import CpuAgent
 from workers.agents.cpu.local import LocalBackend
 from workers.agents.cpu.sandbox import DEFAULT_PATH, SandboxUnavailable
+from workers.agents.cpu.sandbox_egress import ALLOW_VARIABLE
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -80,10 +81,13 @@ async def test_sandboxed_with_the_interpreter_bound_and_work_root_private(
         await runtime.stop()
 
 
-async def test_tool_network_travels_from_the_tool_row_to_the_sandbox(tmp_path: Path) -> None:
+async def test_tool_network_travels_from_the_tool_row_to_the_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Tool.network (REST-exposed) → the store's record → Dispatch.network → the sandbox: the
-    same command reaches a listener on the host's own address only through the tool that has
-    it, and the host's loopback (the database's, Redis's) through neither."""
+    same command reaches a listener on the host's own address (allowed by the operator, as an
+    internal service would be) only through the tool that has it, and the host's loopback (the
+    database's, Redis's) through neither."""
     if shutil.which("slirp4netns", path=DEFAULT_PATH) is None:
         pytest.skip("no slirp4netns here: network-on actions fail (apt-get install slirp4netns)")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
@@ -94,6 +98,7 @@ async def test_tool_network_travels_from_the_tool_row_to_the_sandbox(tmp_path: P
         address = udp.getsockname()[0]
     if address.startswith("127."):
         pytest.skip("this host has no non-loopback IPv4 address")
+    monkeypatch.setenv(ALLOW_VARIABLE, address)
 
     async def greet(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b"hello-from-the-host\n")

@@ -2,7 +2,8 @@
 
 A tool with network off has loopback only. With it on, the action has a network namespace of its
 own that slirp4netns connects to the outside: the host's loopback services (database, Redis)
-stay out of reach, what the host reaches on its other addresses is reachable, and slirp4netns
+stay out of reach, and so do the host's other addresses and private networks unless the operator
+allows them, and slirp4netns
 ends with the action whatever ends it. Without slirp4netns, network-on actions fail unless the
 operator opted into the host's network. Skipped, with the reason printed, where bubblewrap or
 slirp4netns cannot run.
@@ -39,7 +40,9 @@ from workers.agents.cpu.sandbox import (
     DEFAULT_PATH,
     HOST_NETWORK_VARIABLE,
     Sandbox,
+    SandboxUnavailable,
 )
+from workers.agents.cpu.sandbox_egress import ALLOW_VARIABLE
 from workers.agents.cpu.sandbox_network import NETWORK_DEVICE, NETWORK_DNS
 
 REPOSITORY = Path(__file__).resolve().parents[3]
@@ -155,17 +158,63 @@ async def test_host_loopback_is_out_of_reach_with_network_off_and_on(
     assert lines[1].startswith("10.0.2.2 failed"), on
 
 
-async def test_network_on_reaches_the_hosts_other_addresses(backend: LocalBackend) -> None:
-    """Outbound connections work (offline, a listener on the host's own non-loopback address
-    stands for the world); with network off it is out of reach."""
+async def test_network_on_keeps_the_host_and_private_networks_out_of_reach(
+    backend: LocalBackend,
+) -> None:
+    """The host's other addresses (a service bound to 0.0.0.0), slirp's private range and the
+    cloud metadata address are rejected at once by the action's egress rules, not waited out."""
     address = _host_address()
     if address is None:
         pytest.skip("this host has no non-loopback IPv4 address")
     async with _listener(address) as (port, greeting):
-        on = await _probe(backend, [address], port, network=True)
-        off = await _probe(backend, [address], port)
+        started = asyncio.get_running_loop().time()
+        on = await _probe(backend, [address, "169.254.169.254", "10.0.2.2"], port, network=True)
+        elapsed = asyncio.get_running_loop().time() - started
+    assert greeting not in on, on
+    assert [line.split()[1] for line in on.splitlines()] == ["failed"] * 3, on
+    assert elapsed < 3.0, f"rejected, not dropped: the probe took {elapsed:.1f} s"
+
+
+async def test_network_on_reaches_what_the_operator_allows(
+    tmp_path: Path, node_id: str, slirp4netns: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outbound connections work (offline, a listener on the host's own non-loopback address,
+    allowed by the operator, stands for the world); with network off it is out of reach."""
+    address = _host_address()
+    if address is None:
+        pytest.skip("this host has no non-loopback IPv4 address")
+    monkeypatch.setenv(ALLOW_VARIABLE, f"{address}/32")
+    local = LocalBackend(node_id=node_id, work_root=tmp_path / "work")
+    try:
+        async with _listener(address) as (port, greeting):
+            on = await _probe(local, [address], port, network=True)
+            off = await _probe(local, [address], port)
+    finally:
+        await local.close()
     assert on == f"{address} {greeting}\n", on
     assert greeting not in off and "failed" in off, off
+
+
+async def test_without_nft_network_on_fails_closed(
+    tmp_path: Path, node_id: str, slirp4netns: None
+) -> None:
+    sandbox = Sandbox()
+    sandbox.egress.nft = None
+    assert sandbox.network_mode == "refused"
+    local = LocalBackend(node_id=node_id, work_root=tmp_path / "w", sandbox=sandbox)
+    try:
+        refused = await local.run(cpu_dispatch("on", "touch ran", network=True))
+    finally:
+        await local.close()
+    assert refused.exit_code is None and refused.infra_error is not None
+    assert "apt-get install nftables" in refused.infra_error, refused.infra_error
+    assert not (tmp_path / "w" / "t" / "ran").exists()
+
+
+def test_a_malformed_allow_list_stops_the_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ALLOW_VARIABLE, "10.0.0.0/8, not-a-network")
+    with pytest.raises(SandboxUnavailable, match=f"{ALLOW_VARIABLE}: 'not-a-network'"):
+        Sandbox()
 
 
 async def test_network_on_has_its_own_interface_and_resolver(backend: LocalBackend) -> None:

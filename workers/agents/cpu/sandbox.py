@@ -41,13 +41,15 @@ Network: every action gets a network namespace of its own. A tool with ``network
 loopback only. With it on, ``slirp4netns`` connects it to the outside (``sandbox_network.py``):
 it relays the action's connections as ordinary sockets of the agent's, and with
 ``--disable-host-loopback`` it refuses the host's loopback, so the services bound there (the
-database, Redis) stay out of reach; DNS goes to slirp's resolver (``10.0.2.3``). What the agent's
-host can reach on its other addresses, the action can too, like any machine beside it: a service
-must not listen on those addresses unless it means to serve the network. Without ``slirp4netns``
-a network-on action fails (``infra_error``, naming the package) — fail closed — unless the
-operator set ``LOOM_SANDBOX_HOST_NETWORK=1``: then such actions share the host's network, its
-loopback services included, and the agent says so loudly at start. Like the insecure flag, it
-only applies where ``slirp4netns`` is missing; it never replaces working user-mode networking.
+database, Redis) stay out of reach; DNS goes to slirp's resolver (``10.0.2.3``). An nftables
+ruleset in the action's namespace (``sandbox_egress.py``) also rejects the host's other
+addresses, private and link-local networks (cloud metadata included) unless the operator allows
+some in ``LOOM_SANDBOX_NETWORK_ALLOW``; without ``nft`` network-on actions fail. Without
+``slirp4netns`` a network-on action fails (``infra_error``, naming the package) — fail closed —
+unless the operator set ``LOOM_SANDBOX_HOST_NETWORK=1``: then such actions share the host's
+network, its loopback services included, and the agent says so loudly at start. Like the
+insecure flag, it only applies where ``slirp4netns`` is missing; it never replaces working
+user-mode networking.
 
 Without a working sandbox the agent refuses to start (``open_sandbox``). The operator's insecure
 flag only permits running unsandboxed *where no sandbox works*; it never turns a working one off.
@@ -81,6 +83,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from workers.agents.cpu.sandbox_egress import NFT_HINT, EgressFilter
 from workers.agents.cpu.sandbox_network import NETWORK_DNS, UserNetwork
 
 logger = logging.getLogger(__name__)
@@ -249,6 +252,12 @@ class Sandbox:
             )
         elif slirp4netns is None:
             logger.warning("actions of network-enabled tools will fail: %s", NETWORK_HINT)
+        try:
+            self.egress = EgressFilter.from_environment(dns=NETWORK_DNS, search_path=DEFAULT_PATH)
+        except ValueError as exc:
+            raise SandboxUnavailable(str(exc)) from None
+        if slirp4netns is not None and not self.egress.available:
+            logger.warning("actions of network-enabled tools will fail: %s", NFT_HINT)
         self._etc = self._etc_directory()
         # The same for every action: built once, not on each action's spawn path.
         self._filesystem = {resolver: self._filesystem_args(resolver) for resolver in (False, True)}
@@ -262,7 +271,7 @@ class Sandbox:
     def network_mode(self) -> str:
         """What network-on actions get: ``slirp4netns``, ``host`` (insecure) or ``refused``."""
         if self.slirp4netns is not None:
-            return "slirp4netns"
+            return "slirp4netns" if self.egress.available else "refused"
         return "host" if self.host_network else "refused"
 
     @property
@@ -338,7 +347,13 @@ class Sandbox:
         """The network of one network-on action: its own, through slirp4netns; ``None`` where
         the operator chose the host's (``host_network``). Raises where neither is possible."""
         if self.slirp4netns is not None:
-            return UserNetwork(self.slirp4netns, join_userns=not self.root)
+            if not self.egress.available:
+                raise SandboxUnavailable(
+                    f"this tool has network on, but nft is not installed on this node, and "
+                    f"without it the action could reach the host and its private networks. "
+                    f"Fix: {NFT_HINT}"
+                )
+            return UserNetwork(self.slirp4netns, join_userns=not self.root, egress=self.egress)
         if self.host_network:
             return None
         raise SandboxUnavailable(

@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 
 from workers.agents.cpu.backend import read_capped
+from workers.agents.cpu.sandbox_egress import EgressFilter, EgressUnavailable
 
 NETWORK_DEVICE = "tap0"
 NETWORK_DNS = "10.0.2.3"  # slirp's resolver, relaying to the host's
@@ -36,13 +37,16 @@ class UserNetwork:
 
     bwrap reports its child's pid on ``--info-fd`` and holds the command back on ``--block-fd``;
     ``start`` attaches slirp4netns to that pid's namespace, waits until it has configured
-    ``tap0`` (address, default route; ``--ready-fd``) and only then lets the command run. The
+    ``tap0`` (address, default route; ``--ready-fd``) and only then lets the command run. Before
+    slirp4netns starts, ``egress`` has filtered where the namespace's connections may go
+    (``sandbox_egress.py``). The
     agent holds the only write end of slirp4netns's ``--exit-fd``: if the agent dies, so does
     slirp4netns. ``stop`` kills and reaps it; call it on every path once the action has ended.
     """
 
-    def __init__(self, slirp4netns: str, *, join_userns: bool) -> None:
+    def __init__(self, slirp4netns: str, *, join_userns: bool, egress: EgressFilter) -> None:
         self.slirp4netns = slirp4netns
+        self.egress = egress
         self.join_userns = join_userns  # userns mode: the namespace belongs to bwrap's userns
         self.process: asyncio.subprocess.Process | None = None
         self._stderr: asyncio.Task[tuple[bytes, bool]] | None = None
@@ -73,9 +77,13 @@ class UserNetwork:
         try:
             async with asyncio.timeout(_NETWORK_START_TIMEOUT_S):
                 network = self._open_namespace(await self._read(self._info_read, -1))
-                ready = await self._spawn(network, prefix, env)
+                owner = self._open_owner(network) if self.join_userns else None
+                await self.egress.apply(network, owner=owner)
+                ready = await self._spawn(network, owner, prefix, env)
         except TimeoutError:
             raise NetworkUnavailable("slirp4netns did not configure the network in time") from None
+        except EgressUnavailable as exc:
+            raise NetworkUnavailable(str(exc)) from None
         if ready != b"1":
             await self._end()  # the command stays held back until the caller kills it
             assert self._stderr is not None
@@ -104,7 +112,14 @@ class UserNetwork:
             raise NetworkUnavailable("the sandbox has no network namespace of its own")
         return network
 
-    async def _spawn(self, network: int, prefix: Sequence[str], env: dict[str, str]) -> bytes:
+    def _open_owner(self, network: int) -> int:
+        owner = _namespace_owner(network)
+        self._open.add(owner)
+        return owner
+
+    async def _spawn(
+        self, network: int, owner: int | None, prefix: Sequence[str], env: dict[str, str]
+    ) -> bytes:
         """Start slirp4netns on the namespace; what it writes on its ready descriptor."""
         ready_read, ready_write = os.pipe()
         exit_read, self._exit_write = os.pipe()
@@ -113,11 +128,9 @@ class UserNetwork:
         argv += ["--disable-host-loopback", "--enable-seccomp", "--netns-type=path"]
         argv += [f"--ready-fd={ready_write}", f"--exit-fd={exit_read}"]
         passed = [network, ready_write, exit_read]
-        if not self.join_userns:  # root: an empty root of its own, capabilities dropped
+        if owner is None:  # root: an empty root of its own, capabilities dropped
             argv.append("--enable-sandbox")
         else:  # as the agent's uid, which cannot make the mount namespace that needs
-            owner = _namespace_owner(network)
-            self._open.add(owner)
             passed.append(owner)
             argv.append(f"--userns-path=/proc/self/fd/{owner}")
         self.process = await asyncio.create_subprocess_exec(
