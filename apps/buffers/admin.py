@@ -5,7 +5,7 @@ checked against the schema being saved with it."""
 from django.contrib import admin
 from django.http import HttpRequest
 
-from apps.buffers.models import Buffer, BufferSnapshot, Trigger
+from apps.buffers.models import Buffer, BufferActorState, BufferSnapshot, Trigger
 
 
 class TriggerInline(admin.TabularInline):
@@ -44,16 +44,26 @@ class TriggerAdmin(admin.ModelAdmin):
     readonly_fields = ["created_at", "updated_at"]
 
 
-@admin.register(BufferSnapshot)
-class BufferSnapshotAdmin(admin.ModelAdmin):
-    """Read-only: snapshots are what the buffer service reported."""
-
-    list_display = ["buffer", "taken_at", "held", "steps_written", "samples"]
-    list_select_related = ["buffer__job"]
-    date_hierarchy = "taken_at"
+class ReportedAdmin(admin.ModelAdmin):
+    """Read-only: what the buffer service reported."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+
+@admin.register(BufferSnapshot)
+class BufferSnapshotAdmin(ReportedAdmin):
+    list_display = ["buffer", "taken_at", "held", "steps_written", "samples"]
+    list_select_related = ["buffer__job"]
+    date_hierarchy = "taken_at"
+
+
+@admin.register(BufferActorState)
+class BufferActorStateAdmin(ReportedAdmin):
+    list_display = ["buffer", "workflow", "actor", "state", "invocations", "reported_at"]
+    list_filter = ["state"]
+    list_select_related = ["buffer__job"]
+    search_fields = ["workflow", "actor", "buffer__name"]

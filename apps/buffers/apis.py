@@ -497,6 +497,14 @@ class BufferStatsApi(APIView):
         steps_dropped = serializers.IntegerField()
         steps_evicted = serializers.IntegerField()
         samples = serializers.IntegerField()
+        fifo_waiting = serializers.IntegerField(
+            help_text="complete steps not yet taken by the FIFO-per-actor sampler"
+        )
+        actor_states = serializers.ListField(
+            child=serializers.DictField(),
+            help_text="each workflow actor's latest report: workflow, actor, state, "
+            "invocations, restored, cold, start-up waits (last, p50, p99), reported_at",
+        )
 
     @extend_schema(responses=OutputSerializer)
     def get(self, request: Request, buffer_id: int) -> Response:

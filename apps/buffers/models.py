@@ -180,3 +180,41 @@ class BufferSnapshot(models.Model):
     @property
     def fill(self) -> float:
         return self.held / self.buffer.capacity if self.buffer.capacity else 0.0
+
+
+class ActorStateKind(models.TextChoices):
+    CHECKPOINTED = "checkpointed", "checkpointed"
+    PREWARMING = "prewarming", "pre-warming"
+    PREWARMED = "prewarmed", "pre-warmed"
+    RUNNING = "running", "running"
+    FAILED = "failed", "failed"
+
+
+class BufferActorState(models.Model):
+    """An elastic actor's latest state and start-up latencies (artos §4.3), as its workflow
+    reported them to the buffer service (``report_actors``) and the snapshot recorder copied
+    them: one row per buffer, workflow and actor, overwritten by each newer report."""
+
+    buffer = models.ForeignKey(Buffer, on_delete=models.CASCADE, related_name="actor_states")
+    workflow = models.CharField(max_length=200)
+    actor = models.CharField(max_length=200)
+    state = models.CharField(max_length=16, choices=ActorStateKind.choices)
+    invocations = models.PositiveIntegerField(default=0, help_text="invocations finished")
+    restored = models.PositiveIntegerField(default=0, help_text="starts from its checkpoint")
+    cold = models.PositiveIntegerField(default=0, help_text="starts with no checkpoint")
+    last_startup_wait_s = models.FloatField(null=True, blank=True)
+    last_restore_s = models.FloatField(null=True, blank=True)
+    startup_wait_p50_s = models.FloatField(null=True, blank=True)
+    startup_wait_p99_s = models.FloatField(null=True, blank=True)
+    reported_at = models.DateTimeField(help_text="when the workflow last reported this actor")
+
+    class Meta:
+        ordering = ["buffer", "workflow", "actor"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["buffer", "workflow", "actor"], name="buffer_actor_state_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.buffer} {self.workflow}/{self.actor}: {self.state}"

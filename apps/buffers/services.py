@@ -18,8 +18,9 @@ from django.db import IntegrityError, transaction
 
 from apps.buffers.dataplane import BufferServiceRefused, BufferServiceUnavailable
 from apps.buffers.experience import buffer_stats
-from apps.buffers.models import Buffer, BufferSnapshot, Trigger
+from apps.buffers.models import ActorStateKind, Buffer, BufferActorState, BufferSnapshot, Trigger
 from apps.jobs.models import Job
+from workers.buffers.service import ACTOR_COUNTS, ACTOR_SECONDS
 
 logger = logging.getLogger(__name__)
 COUNTERS = ("held", "complete", "actors", "steps_written", "steps_dropped", "steps_evicted")
@@ -107,14 +108,49 @@ def _count(stats: Mapping[str, Any], name: str) -> int:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _seconds(report: Mapping[str, Any], name: str) -> float | None:
+    value = report.get(name)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return None
+
+
+def _actor_states(buffer: Buffer, stats: Mapping[str, Any]) -> list[BufferActorState]:
+    """The actors' reports among a buffer's stats, as rows (one the service would not have
+    kept, say from an older service, is skipped rather than guessed at)."""
+    reports = stats.get("actor_states")
+    rows = []
+    for report in reports if isinstance(reports, list) else ():
+        if not isinstance(report, dict) or report.get("state") not in ActorStateKind.values:
+            continue
+        workflow, actor = report.get("workflow"), report.get("actor")
+        reported = _seconds(report, "reported_at")
+        if not isinstance(workflow, str) or not isinstance(actor, str) or reported is None:
+            continue
+        rows.append(
+            BufferActorState(
+                buffer=buffer,
+                workflow=workflow[:200],
+                actor=actor[:200],
+                state=report["state"],
+                reported_at=dt.datetime.fromtimestamp(reported, tz=dt.UTC),
+                **{name: _count(report, name) for name in ACTOR_COUNTS},
+                **{name: _seconds(report, name) for name in ACTOR_SECONDS},
+            )
+        )
+    return rows
+
+
 def buffer_snapshots_record(*, now: dt.datetime) -> int:
-    """Ask the buffer service for every defined buffer's stats and keep them as snapshots.
+    """Ask the buffer service for every defined buffer's stats and keep them as snapshots, and
+    each workflow actor's latest report (``BufferActorState``, overwritten in place).
 
     A buffer the service does not serve is skipped; a service that cannot be reached ends the
     round (the next one tries again) rather than waiting out its timeout once per buffer.
     Returns the number of snapshots written.
     """
     snapshots = []
+    actor_states: list[BufferActorState] = []
     for buffer in Buffer.objects.order_by("id"):
         try:
             stats = buffer_stats(buffer=buffer)
@@ -133,11 +169,21 @@ def buffer_snapshots_record(*, now: dt.datetime) -> int:
                 **{name: _count(stats, name) for name in COUNTERS},
             )
         )
+        actor_states += _actor_states(buffer, stats)
     BufferSnapshot.objects.bulk_create(snapshots)
+    if actor_states:
+        BufferActorState.objects.bulk_create(
+            actor_states,
+            update_conflicts=True,
+            unique_fields=["buffer", "workflow", "actor"],
+            update_fields=["state", "reported_at", *ACTOR_COUNTS, *ACTOR_SECONDS],
+        )
     return len(snapshots)
 
 
 def buffer_snapshots_prune(*, older_than: dt.datetime) -> int:
-    """Drop snapshots taken before ``older_than``."""
+    """Drop snapshots taken before ``older_than``, and actors last reported before it (their
+    workflow ended); returns the rows deleted."""
     deleted, _ = BufferSnapshot.objects.filter(taken_at__lt=older_than).delete()
-    return deleted
+    gone, _ = BufferActorState.objects.filter(reported_at__lt=older_than).delete()
+    return deleted + gone

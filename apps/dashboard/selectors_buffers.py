@@ -1,10 +1,10 @@
-"""Reads behind the buffer pages (issue 20): each buffer's definition, triggers, fill level and
-trigger firings over time (artos §4.1–§4.2).
+"""Reads behind the buffer pages: each buffer's definition, triggers, fill level and trigger
+firings over time (artos §4.1–§4.2), and the elastic actors its workflows run (§4.3).
 
 The experience data lives in the buffer service, never in the database; what the control plane
-keeps is the definition and the ``BufferSnapshot`` rows the beat task records from the service's
-stats. Actor states (running, checkpointed, pre-warmed) and their start-up latencies are held by
-the actor pool in its own process and not persisted: ``missing`` says so rather than guessing.
+keeps is the definition, the ``BufferSnapshot`` rows the beat task records from the service's
+stats, and each workflow actor's latest report (``BufferActorState``: state, invocations,
+restored vs cold starts, start-up waits) that the same task copies.
 """
 
 from __future__ import annotations
@@ -15,17 +15,12 @@ from typing import Any
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from apps.buffers.models import Buffer, BufferSnapshot, Trigger
+from apps.buffers.models import Buffer, BufferActorState, BufferSnapshot, Trigger
 from apps.jobs.models import Job
 
 HISTORY_LIMIT = 300
 LIST_LIMIT = 500
-
-MISSING = [
-    "actor states (running, checkpointed, pre-warmed) and their start-up latencies: the actor "
-    "pool keeps them in its own process and does not store them ('actors written' counts the "
-    "actors that have written to the buffer)",
-]
+ACTOR_LIMIT = 500  # actors shown per buffer, the most recently reported first
 
 
 def snapshot_json(snapshot: BufferSnapshot, capacity: int) -> dict[str, Any]:
@@ -73,6 +68,22 @@ def buffers_overview(job: Job | None = None) -> dict[str, Any]:
     }
 
 
+def actor_json(row: BufferActorState) -> dict[str, Any]:
+    return {
+        "workflow": row.workflow,
+        "actor": row.actor,
+        "state": row.state,
+        "invocations": row.invocations,
+        "restored": row.restored,
+        "cold": row.cold,
+        "last_startup_wait_s": row.last_startup_wait_s,
+        "last_restore_s": row.last_restore_s,
+        "startup_wait_p50_s": row.startup_wait_p50_s,
+        "startup_wait_p99_s": row.startup_wait_p99_s,
+        "reported_at": row.reported_at.isoformat(),
+    }
+
+
 def _trigger_json(trigger: Trigger, firings: dict[str, Any]) -> dict[str, Any]:
     count = firings.get(trigger.name)
     return {
@@ -88,8 +99,9 @@ def _trigger_json(trigger: Trigger, firings: dict[str, Any]) -> dict[str, Any]:
 def buffer_detail(
     buffer: Buffer, *, limit: int = HISTORY_LIMIT, now: datetime | None = None
 ) -> dict[str, Any]:
-    """One buffer: definition, triggers with their firings, and its recorded history (oldest
-    first, at most ``limit`` snapshots)."""
+    """One buffer: definition, triggers with their firings, its workflows' actors, and its
+    recorded history (oldest first, at most ``limit`` snapshots): four queries, however many
+    snapshots, triggers or actors."""
     now = now or timezone.now()
     snapshots = list(BufferSnapshot.objects.filter(buffer=buffer).order_by("-taken_at")[:limit])
     snapshots.reverse()
@@ -97,6 +109,8 @@ def buffer_detail(
     latest = history[-1] if history else None
     firings = latest["firings"] if latest else {}
     triggers = list(Trigger.objects.filter(buffer=buffer).order_by("id"))
+    recent = BufferActorState.objects.filter(buffer=buffer).order_by("-reported_at", "id")
+    actors = sorted(recent[:ACTOR_LIMIT], key=lambda row: (row.workflow, row.actor))
     return {
         "t": now.timestamp(),
         "buffer": {
@@ -105,7 +119,8 @@ def buffer_detail(
             "config": buffer.config,
         },
         "triggers": [_trigger_json(t, firings) for t in triggers],
+        "actors": [actor_json(row) for row in actors],
         "history": history,
         "snapshot_age_s": (now.timestamp() - latest["t"]) if latest else None,
-        "missing": MISSING,
+        "missing": [],
     }

@@ -131,7 +131,34 @@ def buffer_with_history(job: Any) -> Any:
             samples=10 * i,
             firings={"batch": 3 * i, "tick": i},
         )
+    buffer_actors(buffer)
     return buffer
+
+
+def buffer_actors(buffer: Any) -> None:
+    """Two elastic actors of a PPO workflow: one pre-warmed, one running."""
+    from apps.buffers.models import BufferActorState
+
+    reported = timezone.now() - timedelta(seconds=10)
+    # actor, state, invocations, restored, last start-up wait, its p50 and p99
+    for actor, state, runs, restored, wait, p50, p99 in (
+        ("actor0", "prewarmed", 12, 11, 0.0, 0.0, 0.21),
+        ("actor1", "running", 3, 2, 0.012, 0.012, 0.3),
+    ):
+        BufferActorState.objects.create(
+            buffer=buffer,
+            workflow="ppo",
+            actor=actor,
+            state=state,
+            invocations=runs,
+            restored=restored,
+            cold=1,
+            last_startup_wait_s=wait,
+            last_restore_s=0.004,
+            startup_wait_p50_s=p50,
+            startup_wait_p99_s=p99,
+            reported_at=reported,
+        )
 
 
 def rollout(job: Any) -> dict[str, Any]:

@@ -143,7 +143,10 @@ def test_buffer_list_and_page_show_fill_triggers_and_history(
     assert [s["held"] for s in body["history"]] == [0, 20, 40, 60]  # oldest first
     assert {t["name"]: t["firings"] for t in body["triggers"]} == {"batch": 9, "tick": 3}
     assert body["snapshot_age_s"] == pytest.approx(30, abs=5)
-    assert any("actor states" in line for line in body["missing"])
+    assert body["missing"] == []
+    actors = {a["actor"]: a for a in body["actors"]}
+    assert (actors["actor0"]["state"], actors["actor0"]["restored"]) == ("prewarmed", 11)
+    assert (actors["actor1"]["workflow"], actors["actor1"]["startup_wait_p99_s"]) == ("ppo", 0.3)
     assert [
         s["held"]
         for s in operator_client.get(f"{API}/buffers/{buffer.pk}", {"limit": 2}).json()["history"]
@@ -182,6 +185,27 @@ def test_buffer_list_query_count_does_not_grow_with_buffers(operator_client: Any
     before = count_queries()
     BufferFactory.create_batch(4, job=job)
     assert count_queries() == before
+
+
+def test_buffer_page_query_count_does_not_grow_with_actors_or_snapshots(
+    operator_client: Any, job: Any
+) -> None:
+    from apps.buffers.models import BufferActorState
+    from tests.apps.dashboard.plane_data import buffer_actors
+
+    buffer = buffer_with_history(job)
+
+    def count_queries() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert operator_client.get(f"{API}/buffers/{buffer.pk}").status_code == 200
+        return len(queries)
+
+    count_queries()
+    before = count_queries()
+    BufferActorState.objects.filter(buffer=buffer).update(workflow="sac")
+    buffer_actors(buffer)  # two more actors, of another workflow
+    assert count_queries() == before
+    assert len(operator_client.get(f"{API}/buffers/{buffer.pk}").json()["actors"]) == 4
 
 
 # --- rollouts --------------------------------------------------------------------------------
