@@ -49,6 +49,9 @@ class Waiting:
     # computed under (``sizing.UnitSizing.waiting_demand``)
     demand: tuple[int, float] | None = None
     demand_stamp: tuple[int, int] | None = None
+    # the price envelope of the estimate's allocation (``sizing.UnitSizing.efficient_demand``)
+    envelope: tuple[list[float], list[tuple[int, float]]] | None = field(default=None, repr=False)
+    envelope_stamp: int | None = None  # the policy epoch it was worked out under
 
 
 @dataclass

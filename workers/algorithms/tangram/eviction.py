@@ -22,6 +22,7 @@ Deviations, each for a stated reason:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
@@ -37,6 +38,9 @@ from workers.algorithms.tangram.sizing import UnitSizing
 from workers.algorithms.tangram.topology.base import Accommodation, Topology
 
 DEFERRED = "deferred by elastic eviction"
+# How Alg. 2 estimates the remaining actions of a priced split: "efficient" at the allocation
+# the holding price would give them (Loom's own), "minimum" at their minimum units (the paper).
+REST_MODELS = ("efficient", "minimum")
 
 
 @dataclass
@@ -67,6 +71,7 @@ class ElasticAllocation:
         held: Mapping[Hashable, HeldUnits],
         now: float,
         unread: int = 0,
+        rest_model: str = "efficient",
     ) -> None:
         self.sizing = sizing
         self.topology = topology
@@ -74,6 +79,7 @@ class ElasticAllocation:
         self.held = held  # per group: the units its running actions hold
         self.now = now
         self.unread = unread  # waiting actions beyond the estimate window (counted, not read)
+        self.rest_model = rest_model  # how Alg. 2 estimates the remaining actions: REST_MODELS
 
     def allocate(
         self,
@@ -111,7 +117,7 @@ class ElasticAllocation:
                 price = holding_price(sharing, len(held) + operator.free_units)
             costs = [self._cost_table(c, key, operator.table_width, price) for c in members]
             arrangement = operator.arrange_prefixes(costs)
-            rest_demands = [sizing.waiting_demand(entry) for entry in rest]
+            rest_demands = [self._demand(entry, price) for entry in rest]
             split = _Split(
                 members,
                 arrangement,
@@ -140,7 +146,7 @@ class ElasticAllocation:
         kept = count
         best = self._objective(split, count)
         for evict in range(1, last + 1):
-            trial = self._objective(split, count - evict)
+            trial = self._objective(split, count - evict, best)
             if trial >= best:
                 break
             best = trial
@@ -193,6 +199,14 @@ class ElasticAllocation:
             for units, seconds in options
         ]
 
+    def _demand(self, entry: Waiting, price: float) -> Demand:
+        """The units and seconds Alg. 2's estimate places a remaining action at: its minimum
+        (the paper) or, in a priced split under the "efficient" model, the allocation the
+        holding price would give it (``sizing.UnitSizing.efficient_demand``)."""
+        if price > 0.0 and self.rest_model == "efficient":
+            return self.sizing.efficient_demand(entry, price)
+        return self.sizing.waiting_demand(entry)
+
     def _held_units(self, group: Hashable, key: str, others: list[Candidate]) -> list[float]:
         """Release times of the ``key`` units that running actions and the other admitted
         candidates of ``group`` hold, one entry per unit (the per-unit profile, ``objective``)."""
@@ -204,9 +218,9 @@ class ElasticAllocation:
                 held.extend([self.sizing.waiting_demand(cand.entry)[1]] * count)
         return held
 
-    def _objective(self, split: _Split, prefix: int) -> float:
-        """Alg. 2 for the candidate prefix ``split.members[:prefix]``; the rest wait."""
-        sizing = self.sizing
+    def _objective(self, split: _Split, prefix: int, limit: float = math.inf) -> float:
+        """Alg. 2 for the candidate prefix ``split.members[:prefix]``; the rest wait. Only
+        whether it is below ``limit`` matters (inf once it cannot be)."""
         alloc = split.arrangement.allocation(prefix)
         # free units, then the sorted held ones: one sorted run ahead of the candidates' units
         profile = [0.0] * max(0, split.free_units - sum(alloc)) + split.held
@@ -219,14 +233,14 @@ class ElasticAllocation:
         single = split.rest_single
         if prefix < len(split.members):
             first = self._priced(split.members[prefix].entry.spec, split.price)
-            evicted = [sizing.waiting_demand(m.entry) for m in split.members[prefix + 1 :]]
+            evicted = [self._demand(m.entry, split.price) for m in split.members[prefix + 1 :]]
             single = single and all(units <= 1 for units, _ in evicted)
             later = evicted + split.rest_demands
         elif split.rest:
             first = self._priced(split.rest[0].spec, split.price)
             later = split.rest_demands[1:]
         return approximated_objective(
-            split.arrangement.best_cost(prefix), profile, first, later, single
+            split.arrangement.best_cost(prefix), profile, first, later, single, limit
         )
 
 

@@ -15,6 +15,13 @@ Two refinements of the printed algorithm, both Loom's own:
   ``k``-th smallest release time) and holds them until it ends. With every action at one unit
   this is Algorithm 2; with more, the estimate sees that "wait for 16 cores, then run at 16" can
   beat "run at 2 now", and that a wide allocation delays the actions queued behind it.
+- **Remaining actions at the allocation they would get.** The paper places every remaining
+  action at its minimum units (one core). Deferring the head is then charged the delay it
+  causes, but never credited that the deferred actions would run wide later too, so under
+  contention a freed core always looks best spent at once, at DoP 1-2. The scheduler's
+  ``rest_model="efficient"`` (the default) places each remaining action of a priced split at
+  the allocation DPArrange's holding price would give it (``sizing.efficient_demand``), as a
+  multi-unit placement; ``"minimum"`` keeps the paper's. The caller builds the demands.
 - **Geometric exploration.** The paper explores the first remaining action at DoP
   ``1..depth``; we explore those and the doubling ladder up to its largest option
   (``sizing.UnitSizing.exploration_units``), so a deferral is weighed against a wide start.
@@ -29,8 +36,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
-from itertools import accumulate
+from bisect import bisect_right, insort
+from collections.abc import Iterable, Sequence
+from itertools import accumulate, repeat
 
 # (units of the key resource, seconds) for one estimated action
 Demand = tuple[int, float]
@@ -40,30 +48,71 @@ Option = tuple[int, float, float]
 
 
 def _place(profile: list[float], units: int, seconds: float) -> float:
-    """Start an action of ``units`` units on the per-unit profile; return its end time."""
+    """Start an action of ``units`` units on the *sorted* per-unit profile; return its end time.
+
+    The profile is kept as a sorted list (a multiset of release times): the action starts at
+    the ``units``-th smallest release, and its units' entries are replaced by ``units`` copies
+    of its end, inserted where they sort. Three C-level list operations whatever ``units`` is,
+    where a binary heap needs ``2·units`` pops and pushes (Loom's own bookkeeping).
+    """
     if not profile:
         return seconds
-    if units <= 1:
-        end = profile[0] + seconds
-        heapq.heapreplace(profile, end)
-        return end
-    units = min(units, len(profile))
-    start = 0.0
-    for _ in range(units):
-        start = heapq.heappop(profile)
-    end = start + seconds
-    for _ in range(units):
-        heapq.heappush(profile, end)
+    units = max(1, min(units, len(profile)))
+    end = profile[units - 1] + seconds
+    del profile[:units]
+    if units == 1:
+        insort(profile, end)
+    else:
+        at = bisect_right(profile, end)
+        profile[at:at] = [end] * units
     return end
 
 
-def _rest_ends(heap: list[float], rest: Sequence[Demand], single: bool) -> list[float]:
-    """Place ``rest`` in FCFS order on ``heap`` (consumed); each action's end time."""
-    if single and heap:
+def _rest_ends(profile: list[float], rest: Sequence[Demand], single: bool) -> list[float]:
+    """Place ``rest`` in FCFS order on the sorted ``profile`` (consumed); each action's end."""
+    if single and profile:
         heapreplace = heapq.heapreplace
-        # heapreplace pops the earliest release (the action's start) as it pushes start + d
-        return [heapreplace(heap, heap[0] + duration) + duration for _, duration in rest]
-    return [_place(heap, units, duration) for units, duration in rest]
+        # a sorted list is a heap; heapreplace pops the earliest release (the action's start)
+        # as it pushes start + d
+        return [heapreplace(profile, profile[0] + duration) + duration for _, duration in rest]
+    if not profile:
+        return [duration for _, duration in rest]
+    ends: list[float] = []
+    _place_rest(profile, rest, repeat(0.0), 0.0, math.inf, ends)
+    return ends
+
+
+def _place_rest(
+    profile: list[float],
+    rest: Sequence[Demand],
+    tails: Iterable[float],
+    total: float,
+    best: float,
+    ends: list[float] | None = None,
+) -> float:
+    """``total`` plus the ends of ``rest`` placed in FCFS order on the sorted, non-empty
+    ``profile`` (consumed), or inf as soon as ``tails`` (the least the unplaced suffix adds)
+    show it cannot beat ``best``; each end is appended to ``ends`` when given. ``_place``
+    inlined: the estimate's hot loop."""
+    size = len(profile)
+    for (units, duration), tail in zip(rest, tails, strict=False):
+        if units > size:
+            units = size
+        if units <= 1:
+            end = profile[0] + duration
+            del profile[0]
+            insort(profile, end)
+        else:
+            end = profile[units - 1] + duration
+            del profile[:units]
+            at = bisect_right(profile, end)
+            profile[at:at] = [end] * units
+        total += end
+        if ends is not None:
+            ends.append(end)
+        if total + tail >= best:
+            return math.inf
+    return total
 
 
 def estimate_remaining(
@@ -71,6 +120,7 @@ def estimate_remaining(
     first_options: Sequence[Option],
     rest: Sequence[Demand],
     single: bool | None = None,
+    limit: float = math.inf,
 ) -> float:
     """Algorithm 2 ``estimate`` on a per-unit profile: the remaining actions' summed ends.
 
@@ -78,7 +128,8 @@ def estimate_remaining(
     in any order. ``first_options``: the first remaining action's explored allocations (their
     extra cost counts in the total, not in the times). ``rest``: the others, in FCFS order, at
     the units admission would reserve; ``single``: whether each of them needs one unit
-    (computed when not given).
+    (computed when not given). ``limit``: a caller that only needs to know whether the estimate
+    is below ``limit`` gets inf as soon as no option can be (the greedy eviction's trials).
 
     Shortcuts, all exact: a placement always takes the smallest release times, so only the
     smallest ``reach`` of them (the most units the estimate can take) are kept, sorted (a sorted
@@ -95,7 +146,7 @@ def estimate_remaining(
     reach = max(units for units, _, _ in first_options)
     reach += len(rest) if single else sum(units for units, _ in rest)
     starts = sorted(profile)[:reach]
-    if len(first_options) == 1:
+    if len(first_options) == 1 and limit == math.inf:
         units, seconds, extra = first_options[0]
         heap = list(starts)
         return _place(heap, units, seconds) + extra + sum(_rest_ends(heap, rest, single))
@@ -109,7 +160,8 @@ def estimate_remaining(
         start = starts[min(units, len(starts)) - 1] if starts else 0.0
         bounded.append((start + seconds + extra + least_rest, units, seconds, extra))
     bounded.sort()
-    best = math.inf
+    best = limit
+    found = math.inf  # the best total below the limit
     heapreplace = heapq.heapreplace
     durations = [seconds for _, seconds in rest]
     for bound, units, seconds, extra in bounded:
@@ -127,15 +179,13 @@ def estimate_remaining(
                 if total + tail >= best:
                     total = math.inf
                     break
+        elif heap:
+            total = _place_rest(heap, rest, tails, total, best)
         else:
-            for (demand_units, duration), tail in zip(rest, tails, strict=True):
-                total += _place(heap, demand_units, duration)
-                if total + tail >= best:
-                    total = math.inf
-                    break
+            total += sum(durations)
         if total < best:
-            best = total
-    return best
+            best = found = total
+    return found
 
 
 def approximated_objective(
@@ -144,9 +194,14 @@ def approximated_objective(
     first_options: Sequence[Option],
     rest: Sequence[Demand],
     single: bool | None = None,
+    limit: float = math.inf,
 ) -> float:
     """Algorithm 2 ``getApproximatedObjective``: exact candidate ACTs + estimated rest.
 
     ``profile`` is the per-unit release profile after the candidates start, in any order.
+    ``limit``: only whether the objective is below it matters; inf once it cannot be.
     """
-    return candidate_total + estimate_remaining(profile, first_options, rest, single)
+    if limit != math.inf:
+        limit -= candidate_total
+    remaining = estimate_remaining(profile, first_options, rest, single, limit)
+    return candidate_total + remaining

@@ -13,6 +13,9 @@ deviations from the paper. One more deviation, here: the estimate reads at most
 ``estimate_window`` remaining actions (``None`` = the whole queue, as in the paper) so that a
 pass stays O(window · log heap) at 4 096 waiting actions.
 
+``rest_model`` (a constructor argument) chooses how Alg. 2 estimates the remaining actions:
+"efficient" (Loom's own, the default) or "minimum" (the paper's); see ``objective``.
+
 Policies (``algorithm``, ``depth``, DoP bounds, ``fixed_dop``) can be changed on a live object:
 "elastic" is Algorithm 1, "fcfs-min" gives every action its minimum units, "fixed-dop" gives
 every scalable action ``fixed_dop`` units (the paper's DoP=4 / DoP=16 baselines).
@@ -31,7 +34,7 @@ from workers.algorithms.tangram.entries import (
     Running,
     Waiting,
 )
-from workers.algorithms.tangram.eviction import ElasticAllocation
+from workers.algorithms.tangram.eviction import REST_MODELS, ElasticAllocation
 from workers.algorithms.tangram.held import HeldUnits
 from workers.algorithms.tangram.history import DurationHistory
 from workers.algorithms.tangram.policy import ALGORITHMS
@@ -58,7 +61,11 @@ class ElasticScheduler:
         fixed_dop: int = 4,
         estimate_window: int | None = DEFAULT_ESTIMATE_WINDOW,
         history: DurationHistory | None = None,
+        rest_model: str = "efficient",
     ) -> None:
+        if rest_model not in REST_MODELS:
+            raise ValueError(f"rest_model: must be one of {REST_MODELS}, got {rest_model!r}")
+        self.rest_model = rest_model
         self.topology = topology
         self.history = history if history is not None else DurationHistory()
         self._waiting: dict[str, Waiting] = {}
@@ -260,6 +267,7 @@ class ElasticScheduler:
                 held=self._held_by_group,
                 now=now,
                 unread=len(self._waiting) - len(candidates) - len(leftovers),
+                rest_model=self.rest_model,
             ).allocate(candidates, leftovers, reasons)
         selected = [c for c in candidates if c.entry.spec.action_id not in reasons]
         self._wait_reasons = reasons

@@ -190,6 +190,71 @@ class UnitSizing:
         t1 = self.t1(spec)
         return [(u, t1 * float(inverse[u])) for u in units]
 
+    def efficient_demand(self, entry: Waiting, price: float) -> tuple[int, float]:
+        """Key units and seconds Alg. 2's estimate gives a *remaining* action in a priced split
+        (Loom's own model, replacing the paper's "minimum resources").
+
+        An elastic action is estimated at the allocation DPArrange would give it under the
+        holding price: the unit count on its exploration ladder minimising ``T(k)`` plus
+        ``price`` times the unit-seconds it wastes (``eviction.holding_price``). Both terms
+        scale with ``T1``, so the choice depends on the price alone: the lower envelope of the
+        ladder's cost lines is worked out once per action (``_price_envelope``) and a pass
+        reads it with one bisection (cached until the policy changes; a scalable action's ``T1`` is
+        its profile). A non-elastic action keeps ``waiting_demand``.
+        """
+        envelope = entry.envelope
+        if entry.envelope_stamp == self._policy_epoch and self.policy.min_dop is None:
+            if envelope is None:  # not elastic under this policy
+                return self.waiting_demand(entry)
+            thresholds, demands = envelope
+            return demands[bisect_right(thresholds, price)]
+        spec = entry.spec
+        entry.envelope, entry.envelope_stamp = None, self._policy_epoch
+        if self.policy.algorithm != "elastic" or not self.is_elastic(spec):
+            return self.waiting_demand(entry)
+        assert spec.elasticity is not None
+        units = self.exploration_units(spec)
+        inverse = _inverse_speedup(spec.elasticity, units[-1] + 1)
+        envelope = _price_envelope(units, [float(inverse[u]) for u in units], self.t1(spec))
+        entry.envelope = envelope
+        thresholds, demands = envelope
+        return demands[bisect_right(thresholds, price)]
+
+
+Envelope = tuple[list[float], list[tuple[int, float]]]
+
+
+def _price_envelope(units: tuple[int, ...], inverse: list[float], t1: float) -> Envelope:
+    """For ``cost_k(price) = inverse_k + price · wasted_k`` over the ladder ``units`` (per
+    unit of ``T1``; ``wasted_k = k·inverse_k − m·inverse_m`` as in ``CostShape.wasted_work``):
+    ``(thresholds, demands)`` such that prices in ``[thresholds[i-1], thresholds[i])`` are
+    minimised by ``demands[i]``, a (units, seconds) pair for ``T1 = t1``. The lower envelope of
+    lines, walked from price 0 upwards (each step moves to the line of smaller slope that
+    crosses first)."""
+    least = units[0] * inverse[0]
+    lines = [(inv, max(0.0, k * inv - least), k) for k, inv in zip(units, inverse, strict=True)]
+    # at price 0+ the least cost wins; among equal costs the smaller waste
+    current = min(lines, key=lambda line: (line[0], line[1], line[2]))
+    thresholds: list[float] = []
+    demands = [(current[2], t1 * current[0])]
+    price = 0.0
+    while True:
+        step: tuple[float, float, int] | None = None
+        for line in lines:
+            if line[1] >= current[1]:
+                continue
+            crossing = (line[0] - current[0]) / (current[1] - line[1])
+            if crossing < price:
+                crossing = price
+            if step is None or (crossing, line[1]) < (step[0], step[1]):
+                step = (crossing, line[1], line[2])
+        if step is None:
+            return thresholds, demands
+        price = step[0]
+        current = next(line for line in lines if line[2] == step[2])
+        thresholds.append(price)
+        demands.append((current[2], t1 * current[0]))
+
 
 @lru_cache(maxsize=1024)
 def _exploration_ladder(options: tuple[int, ...], depth: int) -> tuple[int, ...]:

@@ -118,3 +118,33 @@ def test_a_burst_on_an_idle_gpu_pool_fills_it() -> None:
         )
     started = scheduler.schedule(0.0)
     assert sum(a.dop for a in started) >= 12
+
+
+def test_the_rest_model_is_checked() -> None:
+    with pytest.raises(ValueError, match="rest_model"):
+        ElasticScheduler(_pool(8), rest_model="widest")
+
+
+def _contended(rest_model: str) -> list[int]:
+    """A node full of long one-core rewards with many more queued; one core frees at a time."""
+    scheduler = ElasticScheduler(_pool(32), rest_model=rest_model)
+    for i in range(96):
+        scheduler.submit(_reward(f"r{i}", t1=60.0 + i), 0.0)
+    running = [a.action_id for a in scheduler.schedule(0.0)]
+    dops: list[int] = []
+    now = 0.0
+    while running and len(dops) < 40:
+        now += 1.0
+        scheduler.complete(running.pop(0), now)
+        started = scheduler.schedule(now)
+        running += [a.action_id for a in started]
+        dops += [a.dop for a in started]
+    return dops
+
+
+def test_estimating_the_rest_at_their_priced_allocation_starts_rewards_wider() -> None:
+    """Under the paper's model (every remaining action at one core) a freed core always looks
+    best spent at once, so a crowded node starts its rewards narrow; estimating the rest at the
+    allocation the holding price gives them credits waiting for a few cores."""
+    minimum, efficient = _contended("minimum"), _contended("efficient")
+    assert sum(minimum) / len(minimum) < sum(efficient) / len(efficient)

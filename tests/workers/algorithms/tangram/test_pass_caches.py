@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 import random
 
 import pytest
@@ -57,16 +58,40 @@ def test_a_cached_demand_follows_policy_and_history_changes() -> None:
     assert sizing.waiting_demand(profiled) == (1, pytest.approx(60.0))
 
 
+def _heap_place(heap: list[float], units: int, seconds: float) -> float:
+    """The reference placement on a binary heap: pop ``units`` releases, push their end."""
+    if not heap:
+        return seconds
+    units = max(1, min(units, len(heap)))
+    start = 0.0
+    for _ in range(units):
+        start = heapq.heappop(heap)
+    for _ in range(units):
+        heapq.heappush(heap, start + seconds)
+    return start + seconds
+
+
 def _brute_force(profile: list[float], first, rest) -> float:
     best = float("inf")
     for units, seconds, extra in first:
         heap = list(profile)
         heapq.heapify(heap)
-        total = _place(heap, units, seconds) + extra
+        total = _heap_place(heap, units, seconds) + extra
         for demand_units, duration in rest:
-            total += _place(heap, demand_units, duration)
+            total += _heap_place(heap, demand_units, duration)
         best = min(best, total)
     return best
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_sorted_placement_matches_a_heap(seed: int) -> None:
+    rng = random.Random(seed)
+    profile = sorted(rng.choice([0.0, rng.uniform(0, 20)]) for _ in range(rng.randint(1, 40)))
+    heap = list(profile)
+    for _ in range(30):
+        units, seconds = rng.randint(1, 12), rng.uniform(0.1, 20)
+        assert _place(profile, units, seconds) == pytest.approx(_heap_place(heap, units, seconds))
+        assert profile == sorted(heap)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -79,9 +104,11 @@ def test_the_pruned_estimate_equals_trying_every_option_in_full(seed: int) -> No
     ]
     single = seed % 2 == 0
     rest = [
-        (1 if single else rng.choice([1, 2, 3]), rng.uniform(0.1, 20))
+        (1 if single else rng.choice([1, 2, 3, 8, 16]), rng.uniform(0.1, 20))
         for _ in range(rng.randint(0, 30))
     ]
-    assert estimate_remaining(profile, first, rest) == pytest.approx(
-        _brute_force(profile, first, rest)
-    )
+    exact = _brute_force(profile, first, rest)
+    assert estimate_remaining(profile, first, rest) == pytest.approx(exact)
+    # a caller that only asks "below this limit?" gets the estimate below it, inf above it
+    assert estimate_remaining(profile, first, rest, limit=exact + 1.0) == pytest.approx(exact)
+    assert estimate_remaining(profile, first, rest, limit=exact - 1e-6) == math.inf
