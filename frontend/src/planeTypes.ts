@@ -104,10 +104,26 @@ export interface TriggerView {
   firings: number | null;
 }
 
+/** An elastic actor of a workflow writing to the buffer, as it last reported (artos §4.3). */
+export interface BufferActorView {
+  workflow: string;
+  actor: string;
+  state: "checkpointed" | "prewarming" | "prewarmed" | "running" | "failed";
+  invocations: number;
+  restored: number;
+  cold: number;
+  last_startup_wait_s: number | null;
+  last_restore_s: number | null;
+  startup_wait_p50_s: number | null;
+  startup_wait_p99_s: number | null;
+  reported_at: string;
+}
+
 export interface BufferDetail {
   t: number;
   buffer: BufferSummary & { schema: Record<string, unknown>; config: Record<string, unknown> };
   triggers: TriggerView[];
+  actors: BufferActorView[];
   history: BufferSnapshotView[];
   snapshot_age_s: number | null;
   missing: string[];
