@@ -1,8 +1,9 @@
-// A buffer's numbers (artos §4.1–§4.2): fill level, counters, each trigger's firings.
+// A buffer's numbers (artos §4.1–§4.2): fill level, counters, each trigger's firings; and the
+// elastic actors of its workflows (§4.3): state, restored vs cold starts, start-up waits.
 
 import { type Child, h } from "../dom";
-import { fmtCount, fmtPercent, fmtSeconds } from "../format";
-import type { BufferSnapshotView, BufferSummary, TriggerView } from "../planeTypes";
+import { fmtCount, fmtPercent, fmtSeconds, fmtTime } from "../format";
+import type { BufferActorView, BufferSnapshotView, BufferSummary, TriggerView } from "../planeTypes";
 import { DataTable } from "./table";
 
 /** Firings per minute of `trigger` over the recorded history (null with fewer than two points). */
@@ -88,5 +89,60 @@ export function bufferListTable(): DataTable<BufferSummary> {
       { header: "Eviction", cell: (b) => b.eviction },
     ],
     "No buffers defined yet.",
+  );
+}
+
+const ACTOR_STATE_LABELS: Record<BufferActorView["state"], string> = {
+  checkpointed: "checkpointed",
+  prewarming: "pre-warming",
+  prewarmed: "pre-warmed",
+  running: "running",
+  failed: "failed",
+};
+
+/** The words the page uses for an actor's state (an unknown one shown as it came). */
+export function actorStateLabel(state: string): string {
+  return ACTOR_STATE_LABELS[state as BufferActorView["state"]] ?? state;
+}
+
+/** "restored / cold" start counts, with the restored share when there was any start. */
+export function startSplit(actor: Pick<BufferActorView, "restored" | "cold">): string {
+  const total = actor.restored + actor.cold;
+  const split = `${fmtCount(actor.restored)} / ${fmtCount(actor.cold)}`;
+  return total ? `${split} (${fmtPercent(actor.restored / total)} restored)` : split;
+}
+
+/** How many actors are in each state, in the order the states are listed above. */
+export function actorStateCounts(actors: BufferActorView[]): [string, number][] {
+  const counts = new Map<string, number>();
+  for (const actor of actors) counts.set(actor.state, (counts.get(actor.state) ?? 0) + 1);
+  const known = Object.keys(ACTOR_STATE_LABELS).filter((s) => counts.has(s));
+  const other = [...counts.keys()].filter((s) => !(s in ACTOR_STATE_LABELS)).sort();
+  return [...known, ...other].map((s) => [actorStateLabel(s), counts.get(s) ?? 0]);
+}
+
+export function actorTable(): DataTable<BufferActorView> {
+  const key = (a: BufferActorView): string => `${a.workflow}/${a.actor}`;
+  return new DataTable<BufferActorView>(
+    [
+      { header: "Workflow", cell: (a) => a.workflow },
+      { header: "Actor", cell: (a) => h("span", { "data-actor": key(a) }, a.actor) },
+      {
+        header: "State",
+        cell: (a) => h("span", { class: `badge actor-${a.state}`, "data-actor-state": key(a) }, actorStateLabel(a.state)),
+      },
+      { header: "Invocations", cell: (a) => fmtCount(a.invocations), className: "num" },
+      { header: "Restored / cold", cell: (a) => h("span", { "data-actor-starts": key(a) }, startSplit(a)) },
+      { header: "Last start-up wait", cell: (a) => fmtSeconds(a.last_startup_wait_s), className: "num" },
+      { header: "Last restore", cell: (a) => fmtSeconds(a.last_restore_s), className: "num" },
+      { header: "Wait p50", cell: (a) => fmtSeconds(a.startup_wait_p50_s), className: "num" },
+      {
+        header: "Wait p99",
+        cell: (a) => h("span", { "data-actor-p99": key(a) }, fmtSeconds(a.startup_wait_p99_s)),
+        className: "num",
+      },
+      { header: "Reported", cell: (a) => fmtTime(a.reported_at) },
+    ],
+    "No workflow has reported actors for this buffer.",
   );
 }

@@ -1,9 +1,9 @@
 // Buffers: the list (fill level of each), and a page per buffer — fill over time, counters,
-// trigger firings, live over the buffer's topic.
+// trigger firings, the elastic actors of its workflows, live over the buffer's topic.
 
 import "../planes.css";
 import { apiGet } from "../api";
-import { bufferListTable, bufferStats, triggerTable } from "../components/bufferView";
+import { actorStateCounts, actorTable, bufferListTable, bufferStats, triggerTable } from "../components/bufferView";
 import { missingNotice } from "../components/gpuMap";
 import { LiveChart, PALETTE } from "../charts";
 import type { Page, PageContext } from "../context";
@@ -34,6 +34,8 @@ export function bufferPage(ctx: PageContext): Page {
   const missingBox = h("div", {});
   let history: BufferSnapshotView[] = [];
   const triggers = triggerTable(() => history);
+  const actors = actorTable();
+  const actorSummary = h("p", { class: "muted", "data-actor-summary": "" });
   const fillChart = new LiveChart({
     title: "Fill level",
     height: 160,
@@ -61,6 +63,9 @@ export function bufferPage(ctx: PageContext): Page {
     h("div", { class: "chart-row" }, fillChart.element, flowChart.element),
     h("h2", {}, "Triggers"),
     triggers.element,
+    h("h2", {}, "Actors"),
+    actorSummary,
+    actors.element,
     missingBox,
   );
 
@@ -76,6 +81,11 @@ export function bufferPage(ctx: PageContext): Page {
     );
     replace(statsBox, bufferStats(buffer, data.snapshot_age_s));
     triggers.render(data.triggers);
+    actors.render(data.actors ?? []);
+    const counts = actorStateCounts(data.actors ?? []);
+    actorSummary.textContent = counts.length
+      ? counts.map(([state, n]) => `${n} ${state}`).join(" · ")
+      : "Actors appear once a workflow reports them (Workflow.start(report_to=…)).";
     fillChart.reset(history.map((s) => ({ t: s.t, values: [s.fill] })));
     flowChart.reset(history.map((s) => ({ t: s.t, values: [s.steps_written, s.samples] })));
     replace(missingBox, data.missing.length ? missingNotice(data.missing) : null);
