@@ -79,8 +79,8 @@ def test_gpu_map_shows_chunks_and_services_and_follows_the_cache(page: Any, live
     page.wait_for_selector('[data-gpu-node="gpu-a"] [data-gpu="2"][data-state="free"]')
 
 
-def test_buffer_page_shows_fill_and_trigger_firings_live(page: Any, live: str) -> None:
-    from apps.buffers.models import BufferSnapshot
+def test_buffer_page_shows_fill_trigger_firings_and_actors_live(page: Any, live: str) -> None:
+    from apps.buffers.models import BufferActorState, BufferSnapshot
     from tests.factories import JobFactory
 
     job: Any = JobFactory(name="ppo")
@@ -94,7 +94,11 @@ def test_buffer_page_shows_fill_and_trigger_firings_live(page: Any, live: str) -
     assert _text(page, '[data-stat="held"]') == "60 / 100"
     assert _text(page, '[data-firings="batch"]') == "9"
     assert page.locator(".chart").count() == 2
-    assert "actor states" in _text(page, "[data-missing]")
+    assert page.locator("[data-missing]").count() == 0
+    assert _text(page, '[data-actor-state="ppo/actor0"]') == "pre-warmed"
+    assert _text(page, '[data-actor-starts="ppo/actor0"]') == "11 / 1 (92% restored)"
+    assert _text(page, '[data-actor-p99="ppo/actor1"]') == "300 ms"
+    assert _text(page, "[data-actor-summary]") == "1 pre-warmed · 1 running"
     screenshot(page, "22-buffer")
 
     navigations = _no_reloads(page)
@@ -108,8 +112,10 @@ def test_buffer_page_shows_fill_and_trigger_firings_live(page: Any, live: str) -
         samples=40,
         firings={"batch": 12, "tick": 4},
     )
+    BufferActorState.objects.filter(buffer=buffer, actor="actor1").update(state="checkpointed")
     _wait_text(page, '[data-stat="held"]', "85 / 100")
     _wait_text(page, '[data-firings="batch"]', "12")
+    _wait_text(page, '[data-actor-state="ppo/actor1"]', "checkpointed")
     assert page.locator('[data-stat="fill"] .fill-high').count() == 1
     assert navigations == []
     page.click("button[aria-label='toggle theme']")  # the charts rebuild in the other theme
