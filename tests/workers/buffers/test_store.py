@@ -11,6 +11,7 @@ from workers.algorithms.artos import (
     BufferFullError,
     DataKeyTrigger,
     ObjectKeyTrigger,
+    SamplerError,
     TimeTrigger,
 )
 from workers.buffers.passers import DirectPasser, QueuePasser
@@ -119,3 +120,33 @@ def test_killed_actor_keeps_complete_steps_when_the_policy_says_keep():
     assert buffer.gather({"a": (0, 3)})["reward"].tolist() == [0, 1, 2]
     with pytest.raises(SchemaError, match=r"^since_step"):
         buffer.drop_actor("a", since_step=5)
+
+
+DONE_SCHEMA = Schema({**SCHEMA.fields, "done": FieldSpec((), "bool")})
+
+
+def test_n_step_sums_stop_at_a_step_whose_keys_have_not_all_arrived():
+    buffer = ExperienceBuffer("nstep", DONE_SCHEMA, capacity=16)
+    buffer.put("a", {**steps(0, 2), "done": np.zeros(2, bool)})
+    buffer.put("a", {"obs": steps(2, 1)["obs"]})  # dual stage: reward and done still to come
+    _, data = buffer.sample_n_step(8, n=3, gamma=1.0, reward_key="reward", done_key="done")
+    rows = zip(data["obs"][:, 0], data["n_step.returns"], data["n_step.steps"], strict=True)
+    for t, total, m in rows:
+        assert (total, m) == ((0.0 + 1.0, 2) if t == 0 else (1.0, 1))
+    buffer.put("a", {"reward": np.array([2.0], np.float32), "done": np.array([True])})
+    _, data = buffer.sample_n_step(8, n=3, gamma=1.0, reward_key="reward", done_key="done")
+    first = data["obs"][:, 0] == 0
+    assert np.all(data["n_step.returns"][first] == 3.0)
+    assert np.all(data["n_step.discounts"][first] == 0.0)  # the episode ended within n
+
+
+def test_fifo_per_actor_waits_for_complete_steps_and_marks_them_sampled():
+    buffer = ExperienceBuffer("impala", SCHEMA, capacity=4, eviction="keep_unsampled")
+    buffer.put("a", {"obs": steps(0, 4)["obs"]})
+    with pytest.raises(SamplerError, match=r"^size: no block is waiting"):
+        buffer.sample_fifo()
+    buffer.put("a", {"reward": steps(0, 4)["reward"]})
+    actor, order, _, data = buffer.sample_fifo(max_steps=4)
+    assert (actor, order.tolist(), data["reward"].tolist()) == ("a", [0, 1, 2, 3], [0, 1, 2, 3])
+    buffer.put("a", steps(4, 4))  # the sampled slots are free again (keep_unsampled)
+    assert buffer.snapshot()["fifo_waiting"] == 4
