@@ -10,13 +10,22 @@ Events: ``prepared``, ``forked``, ``ready``, ``sampled``, ``checkpointed``, ``fa
 
 The zygote stays single-threaded and never opens a ZeroMQ context, so forking it is safe; each
 child pins itself to its cores, restores its checkpoint, pulls parameters, samples, hands its
-batch to the buffer, checkpoints and exits. ``--cold`` is the baseline: a fresh interpreter that
-imports and prepares the program and restores the actor, then reports ready.
+batch to the buffer (one connection for both), checkpoints and exits. ``--cold`` is the
+baseline: a fresh interpreter that imports and prepares the program and restores the actor,
+then reports ready.
+
+What a fork and an exit cost is set by the zygote's page tables: importing torch leaves well over
+a hundred megabytes of anonymous memory (heap and allocator regions) that every fork copies the
+page-table entries of and every exit unmaps again. The zygote therefore keeps that memory in
+2 MiB transparent huge pages (glibc's ``malloc.hugetlb`` tunable from its start, then
+``MADV_COLLAPSE`` of what is left once prepared), so both are a fraction of the 4 KiB-page cost
+(Loom's own; artos §4.3 restores with CRIU instead).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -31,6 +40,48 @@ from typing import Any
 from workers.actors.program import ActorProgram, load_checkpoint, load_program, save_checkpoint
 
 MAX_PACKET = 1 << 16
+HUGE_PAGE = 2 << 20
+_MADV_HUGEPAGE, _MADV_COLLAPSE = 14, 25  # linux/mman.h; MADV_COLLAPSE since Linux 6.1
+HUGE_PAGE_TUNABLE = "glibc.malloc.hugetlb=1"  # malloc asks for transparent huge pages (glibc 2.35+)
+
+
+def zygote_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment to start a zygote with: the caller's, plus glibc's tunable that backs
+    the malloc heap by transparent huge pages (it must be set before the interpreter starts)."""
+    env = dict(os.environ if environ is None else environ)
+    tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t]
+    if not any(t.startswith("glibc.malloc.hugetlb=") for t in tunables):
+        tunables.append(HUGE_PAGE_TUNABLE)
+    env["GLIBC_TUNABLES"] = ":".join(tunables)
+    return env
+
+
+def collapse_to_huge_pages(maps: str = "/proc/self/maps") -> int:
+    """Back this process's writable anonymous memory by huge pages where it is 2 MiB aligned;
+    returns the bytes collapsed (0 where the kernel has no transparent huge pages). Done once
+    in the zygote after ``prepare``: each fork then copies one entry per 2 MiB, not 512."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        madvise = libc.madvise
+    except (OSError, AttributeError):
+        return 0
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    collapsed = 0
+    with open(maps) as lines:
+        regions = [line.split() for line in lines]
+    for fields in regions:
+        anonymous = len(fields) == 5 or fields[5] == "[heap]"
+        if fields[1] != "rw-p" or not anonymous:
+            continue
+        start, end = (int(bound, 16) for bound in fields[0].split("-"))
+        start = -(-start // HUGE_PAGE) * HUGE_PAGE
+        end = end // HUGE_PAGE * HUGE_PAGE
+        if end - start < HUGE_PAGE:
+            continue
+        madvise(start, end - start, _MADV_HUGEPAGE)
+        if madvise(start, end - start, _MADV_COLLAPSE) == 0:
+            collapsed += end - start
+    return collapsed
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -44,20 +95,35 @@ def _restore(program: ActorProgram, request: dict[str, Any]) -> tuple[Any, bool]
     return program.start(request["actor"], int(request.get("seed", 0))), False
 
 
-def _params(request: dict[str, Any]) -> tuple[int, Any]:
+class _Clients:
+    """An actor's buffer clients, one per service address, made on first use: the parameter
+    fetch and the delivery to the same service share one ZeroMQ context and connection."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, Any] = {}
+
+    def get(self, address: str) -> Any:
+        if address not in self.open:
+            from workers.buffers.service import BufferClient
+
+            self.open[address] = BufferClient(address)
+        return self.open[address]
+
+    def close(self) -> None:
+        for client in self.open.values():
+            client.close()
+        self.open.clear()
+
+
+def _params(request: dict[str, Any], clients: _Clients) -> tuple[int, Any]:
     source = request.get("params")
     if not source:
         return 0, None
-    from workers.buffers.service import BufferClient
-
-    client = BufferClient(source["address"])
-    try:
-        return client.get_object(source["buffer"], source["key"])
-    finally:
-        client.close()
+    version, params = clients.get(source["address"]).get_object(source["buffer"], source["key"])
+    return int(version), params
 
 
-def _deliver(request: dict[str, Any], batch: dict[str, Any]) -> None:
+def _deliver(request: dict[str, Any], batch: dict[str, Any], clients: _Clients) -> None:
     sink = request.get("sink") or {}
     if "cache" in sink:
         from workers.buffers.shm import CacheWriter
@@ -68,13 +134,7 @@ def _deliver(request: dict[str, Any], batch: dict[str, Any]) -> None:
         finally:
             writer.close()
     elif "address" in sink:
-        from workers.buffers.service import BufferClient
-
-        client = BufferClient(sink["address"])
-        try:
-            client.put(sink["buffer"], request["actor"], batch)
-        finally:
-            client.close()
+        clients.get(sink["address"]).put(sink["buffer"], request["actor"], batch)
 
 
 def run_actor(
@@ -82,6 +142,7 @@ def run_actor(
 ) -> int:
     """The forked actor's whole life; returns its exit code."""
     actor = request["actor"]
+    clients = _Clients()
     try:
         if request.get("cores"):
             os.sched_setaffinity(0, request["cores"])
@@ -107,9 +168,9 @@ def run_actor(
             if not line:
                 return 3  # the zygote went away
             go_at = float(json.loads(line)["go_at"])
-        version, params = _params(request)
+        version, params = _params(request, clients)
         state, batch = program.sample(state, params, int(request["steps"]))
-        _deliver(request, batch)
+        _deliver(request, batch, clients)
         send(
             control,
             {
@@ -139,6 +200,8 @@ def run_actor(
             },
         )
         return 1
+    finally:
+        clients.close()
 
 
 class Zygote:
@@ -293,12 +356,14 @@ def main(argv: list[str] | None = None) -> int:
     program.prepare()
     preload_actor_modules()
     gc.freeze()  # the prepared heap stays out of the children's collections: fewer COW copies
+    huge_page_bytes = collapse_to_huge_pages()
     send(
         control,
         {
             "event": "prepared",
             "pid": os.getpid(),
             "prepare_s": time.monotonic() - started,
+            "huge_page_bytes": huge_page_bytes,
             "at": time.monotonic(),
         },
     )
