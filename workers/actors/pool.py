@@ -28,6 +28,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from workers.actors.zygote import zygote_environment
 from workers.agents.common.sysinfo import numa_layout, usable_cores
 
 MAX_PACKET = 1 << 16
@@ -133,7 +134,9 @@ class ActorPool:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = [sys.executable, "-m", "workers.actors.zygote", "--program", self.program]
         command += ["--fd", str(theirs.fileno())]
-        self._process = subprocess.Popen(command, pass_fds=[theirs.fileno()], cwd=_repo_root())
+        self._process = subprocess.Popen(
+            command, pass_fds=[theirs.fileno()], cwd=_repo_root(), env=zygote_environment()
+        )
         theirs.close()
         self._socket = ours
         self._reader = threading.Thread(target=self._read, name="actor-pool", daemon=True)
