@@ -15,6 +15,7 @@ due and publishes the weights; actors read the newest weights at their next invo
 
 from __future__ import annotations
 
+import os
 import queue
 import tempfile
 import threading
@@ -32,6 +33,13 @@ from workers.buffers.workflow import ACTORS, RunningWorkflow, Workflow
 
 PARAMS_KEY = "model_param"
 AHEAD_BATCHES = 1  # off-policy: batches an actor may deliver ahead of the learner
+
+
+def checkpoint_root() -> str | None:
+    """Where the actors' checkpoints go: shared memory (``/dev/shm``) where the node has it, so
+    a checkpoint is a page-cache copy and never a disk write; the temporary directory else."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
 
 
 def _schema(workload: Workload) -> Schema:
@@ -78,7 +86,7 @@ def run_ppo(workload: Workload, device: str, lock_dir: str) -> dict[str, Any]:
     )
     flow.trigger("rollout", "invoke", ObjectKeyTrigger(PARAMS_KEY), ACTORS)
     lease = DeviceLease(device, movable=learner, lock_dir=lock_dir)
-    with tempfile.TemporaryDirectory(prefix="artos-ppo-") as checkpoints:
+    with tempfile.TemporaryDirectory(prefix="artos-ppo-", dir=checkpoint_root()) as checkpoints:
         progress = Progress(workload)
         running = flow.start(checkpoint_dir=checkpoints)
         try:
@@ -174,7 +182,7 @@ def run_dqn(workload: Workload, device: str, lock_dir: str) -> dict[str, Any]:
         limit.delivered(firings),
     )
     lease = DeviceLease(device, movable=learner, lock_dir=lock_dir)
-    with tempfile.TemporaryDirectory(prefix="artos-dqn-") as checkpoints:
+    with tempfile.TemporaryDirectory(prefix="artos-dqn-", dir=checkpoint_root()) as checkpoints:
         progress = Progress(workload)
         running = flow.start(checkpoint_dir=checkpoints)
         try:

@@ -12,6 +12,7 @@ elsewhere; the learning curves are built from it.
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,15 @@ class GymProgram:
             raise ProgramError(f"program: {self.env_id} needs gymnasium and torch") from error
         torch.set_num_threads(1)  # no intra-op pool: forked children stay safe, one core each
         self.gym, self.torch = gymnasium, torch
-        gymnasium.make(self.env_id).close()
+
+    def _warm_up(self) -> None:
+        """Run the sampling path and a checkpoint round trip once on a throwaway environment
+        with its own generator, so the lazy first-call set-up (torch's operators, gymnasium's
+        checks, pickle's lookups) happens once in the zygote, not again in every forked actor.
+        The model only runs forward: training is unchanged."""
+        state, _ = self.sample(self.start("warm-up", 0), None, 4)
+        pickle.loads(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+        state["env"].close()
 
     def start(self, actor: str, seed: int) -> dict[str, Any]:
         env = self.gym.make(self.env_id)
@@ -127,6 +136,7 @@ class PPOProgram(GymProgram):
     def prepare(self) -> None:
         self._imports()
         self.model = ActorCritic(self.config)
+        self._warm_up()
 
     def _act(self, obs: npt.NDArray[Any], params: Any, rng: np.random.Generator) -> dict[str, Any]:
         action, logp = self.model.act(obs, rng)
@@ -147,6 +157,7 @@ class DQNProgram(GymProgram):
     def prepare(self) -> None:
         self._imports()
         self.model = q_network(self.config)
+        self._warm_up()
 
     def _load(self, params: Any) -> None:
         super()._load(params)

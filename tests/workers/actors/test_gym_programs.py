@@ -4,6 +4,7 @@ marked where episodes end, and a restored checkpoint continues exactly where it 
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import numpy as np
 import pytest
@@ -45,3 +46,30 @@ def test_a_restored_checkpoint_continues_the_same_trajectory():
     _, after_restore = program.sample(restored, params, 50)
     for key in straight:
         assert np.array_equal(straight[key], after_restore[key], equal_nan=True)
+
+
+@pytest.mark.parametrize("make", [PPOProgram, DQNProgram])
+def test_the_zygote_warm_up_changes_neither_sampling_nor_the_global_generators(make, monkeypatch):
+    import torch
+
+    def prepared(warm_up: bool) -> tuple[Any, torch.Tensor, float]:
+        program = make()
+        if not warm_up:
+            monkeypatch.setattr(program, "_warm_up", lambda: None)
+        torch.manual_seed(3)
+        np.random.seed(3)
+        program.prepare()
+        return program, torch.rand(4), float(np.random.random())
+
+    cold, cold_torch, cold_numpy = prepared(warm_up=False)
+    warm, warm_torch, warm_numpy = prepared(warm_up=True)
+    assert torch.equal(cold_torch, warm_torch) and cold_numpy == warm_numpy
+    params = (
+        PPOLearner(cold.config).params()
+        if isinstance(cold, PPOProgram)
+        else DQNLearner(cold.config).params(env_steps=0)
+    )
+    _, expected = cold.sample(cold.start("actor0", seed=5), params, 60)
+    _, got = warm.sample(warm.start("actor0", seed=5), params, 60)
+    for key in expected:
+        assert np.array_equal(expected[key], got[key], equal_nan=True)
