@@ -222,11 +222,17 @@ class ElasticAllocation:
         """Alg. 2 for the candidate prefix ``split.members[:prefix]``; the rest wait. Only
         whether it is below ``limit`` matters (inf once it cannot be)."""
         alloc = split.arrangement.allocation(prefix)
-        # free units, then the sorted held ones: one sorted run ahead of the candidates' units
-        profile = [0.0] * max(0, split.free_units - sum(alloc)) + split.held
+        ends: list[float] = []
         if alloc:
             kept = split.members[: len(alloc)]
             ends = [member.duration_at(units) for member, units in zip(kept, alloc, strict=True)]
+        # Units this pass leaves free are released at the next pass, which runs at the next
+        # completion: Alg. 2's heap holds completions only, so a remaining action never starts
+        # before one (a deferral must not look free because units sit idle now).
+        idle = max(0, split.free_units - sum(alloc))
+        next_pass = min(split.held[0] if split.held else math.inf, min(ends, default=math.inf))
+        profile = [0.0 if next_pass == math.inf else next_pass] * idle + split.held
+        if alloc:
             profile += np.repeat(ends, alloc).tolist()
         first: list[Option] = []
         later: list[Demand] = []

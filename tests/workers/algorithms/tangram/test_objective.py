@@ -148,3 +148,17 @@ def test_estimating_the_rest_at_their_priced_allocation_starts_rewards_wider() -
     allocation the holding price gives them credits waiting for a few cores."""
     minimum, efficient = _contended("minimum"), _contended("efficient")
     assert sum(minimum) / len(minimum) < sum(efficient) / len(efficient)
+
+
+@pytest.mark.parametrize("rest_model", ["efficient", "minimum"])
+def test_a_capped_burst_on_an_idle_node_fills_it(rest_model: str) -> None:
+    """Units a pass leaves idle reach the deferred actions only at the next pass (the next
+    completion), so a pass that admits a few candidates of a burst cannot defer them for free
+    and leave the node idle."""
+    scheduler = ElasticScheduler(_pool(64), rest_model=rest_model, candidate_cap=4)
+    for i in range(100):
+        scheduler.submit(_reward(f"r{i}", t1=30.0 + i % 7), 0.0)
+    started = scheduler.schedule(0.0)
+    while scheduler.next_wakeup(0.0) == 0.0:
+        started += scheduler.schedule(0.0)
+    assert sum(a.dop for a in started) == 64
