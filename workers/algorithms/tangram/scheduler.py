@@ -42,6 +42,9 @@ from workers.algorithms.tangram.sizing import UnitSizing
 from workers.algorithms.tangram.topology.base import Allocation, Blocked, Topology, WaitReason
 
 BEHIND = "queued behind earlier actions"
+# Candidates one pass admits (Loom's own): a burst's pass arranges this many, starts what it
+# keeps and asks for a follow-up pass at once (``next_wakeup``), instead of one long pass.
+DEFAULT_CANDIDATE_CAP = 32
 # Remaining actions the Alg. 2 estimate reads per pass. Was 128; lowered to 64 for the pass-time
 # target after the per-unit estimate made each read dearer (bench scheduler_pass reports both).
 DEFAULT_ESTIMATE_WINDOW = 64
@@ -62,10 +65,17 @@ class ElasticScheduler:
         estimate_window: int | None = DEFAULT_ESTIMATE_WINDOW,
         history: DurationHistory | None = None,
         rest_model: str = "efficient",
+        candidate_cap: int | None = DEFAULT_CANDIDATE_CAP,
     ) -> None:
         if rest_model not in REST_MODELS:
             raise ValueError(f"rest_model: must be one of {REST_MODELS}, got {rest_model!r}")
+        if candidate_cap is not None and (not _is_int(candidate_cap) or candidate_cap < 1):
+            raise ValueError(
+                f"candidate_cap: must be None or an integer >= 1, got {candidate_cap!r}"
+            )
         self.rest_model = rest_model
+        self.candidate_cap = candidate_cap
+        self._follow_up = False  # the last pass stopped at the cap after starting something
         self.topology = topology
         self.history = history if history is not None else DurationHistory()
         self._waiting: dict[str, Waiting] = {}
@@ -217,8 +227,14 @@ class ElasticScheduler:
         return None if head is None else self.wait_reason(head)
 
     def next_wakeup(self, now: float) -> float | None:
-        """When a pass could schedule something without an arrival or completion (quota)."""
-        return self.topology.next_change(now) if self._waiting else None
+        """When a pass could schedule something without an arrival or completion: ``now``
+        after a pass that stopped at ``candidate_cap`` (call ``schedule`` again at once), else
+        when the topology changes (a quota period rolling over)."""
+        if not self._waiting:
+            return None
+        if self._follow_up:
+            return now
+        return self.topology.next_change(now)
 
     def snapshot(self) -> dict[str, object]:
         return {
@@ -235,6 +251,7 @@ class ElasticScheduler:
     def schedule(self, now: float) -> list[Assignment]:
         """One pass of Algorithm 1; returns the actions to start now with their units."""
         self.passes += 1
+        self._follow_up = False
         if not self._waiting:
             return []
         self._sizing.forget()
@@ -244,7 +261,13 @@ class ElasticScheduler:
         window = self.estimate_window
         reasons: dict[str, str] = {}
         queue: Iterator[Waiting] = iter(self._waiting.values())  # not mutated until _start
+        cap = self.candidate_cap
+        capped = False
         for entry in queue:
+            if cap is not None and len(candidates) >= cap:
+                capped = True  # admission stops here; this pass's estimate reads the rest
+                leftovers.append((entry, None))
+                break
             units = self._sizing.request_units(entry.spec)
             outcome = accommodation.add(entry.spec, units)
             if isinstance(outcome, Blocked):
@@ -274,6 +297,9 @@ class ElasticScheduler:
         # Candidates outside every split first, then split members in FCFS order: the order
         # DPArrange assumed.
         selected.sort(key=lambda c: c.split_key is not None)
+        # a capped pass that started something may have left units free for the queue behind
+        # its candidates: another pass now (each such pass starts at least one action)
+        self._follow_up = capped and bool(selected)
         return [self._start(c, now) for c in selected]
 
     def restore(

@@ -3,10 +3,11 @@
 Nothing here re-implements scheduling: trajectories walk their steps on
 :class:`workers.sim.events.EventLoop`; each action is submitted to the scheduler of its pool
 (``cpu``, ``gpu`` or ``api``), and a pass runs once per virtual instant after any arrival or
-completion, plus at the scheduler's ``next_wakeup`` (a quota period rolling over) — exactly the
-calls the scheduler service makes with wall-clock time. An assigned action runs for its *true*
-duration at the DoP it got (``T1/(E(m)·m)``), plus any GPU service restore time, plus the pool's
-per-action system overhead (AOE's ``docker update`` + ``exec``; §6.4 Table 1 measures it small).
+completion, plus at the scheduler's ``next_wakeup`` (a quota period rolling over, or at once
+after a pass that stopped at its candidate cap) — exactly the calls the scheduler service makes
+with wall-clock time. An assigned action runs for its *true* duration at the DoP it got
+(``T1/(E(m)·m)``), plus any GPU service restore time, plus the pool's per-action system overhead
+(AOE's ``docker update`` + ``exec``; §6.4 Table 1 measures it small).
 """
 
 from __future__ import annotations
@@ -153,7 +154,9 @@ class TangramSimulation:
             live.record.load_s = assignment.load_seconds
             self.loop.after(duration, partial(self._complete, assignment.action_id))
         wake = scheduler.next_wakeup(now)
-        if wake is not None and wake > now and (pool, wake) not in self._wakeups:
+        if wake == now:  # a capped pass: the scheduler asks for another at once
+            self._request_pass(pool)
+        elif wake is not None and wake > now and (pool, wake) not in self._wakeups:
             self._wakeups.add((pool, wake))
             self.loop.at(wake, lambda: self._request_pass(pool))
 

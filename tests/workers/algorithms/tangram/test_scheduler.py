@@ -313,3 +313,28 @@ def test_head_waits_for_service_loading() -> None:
     assert scheduler.schedule(0.5) == []  # the next pass sees the restore in progress
     assert scheduler.head_wait_reason() == "service loading"
     assert scheduler.schedule(30.0) == [] and scheduler.head_wait_reason() == "no gpu chunk free"
+
+
+def test_a_pass_stops_at_the_candidate_cap_and_asks_for_another_at_once() -> None:
+    topology = CpuTopology([CpuNodeSpec.uniform("n0", 8, 1, memory_mb=1 << 20)])
+    scheduler = ElasticScheduler(topology, candidate_cap=2)
+    for i in range(5):
+        scheduler.submit(_env(f"e{i}"), 0.0)
+    started = [a.action_id for a in scheduler.schedule(0.0)]
+    assert started == ["e0", "e1"]
+    assert scheduler.next_wakeup(0.0) == 0.0  # units are free and work waits: call again now
+    while scheduler.next_wakeup(0.0) == 0.0:
+        started += [a.action_id for a in scheduler.schedule(0.0)]
+    assert started == [f"e{i}" for i in range(5)]  # the same FCFS order, one cap at a time
+    assert scheduler.next_wakeup(0.0) is None
+    uncapped = ElasticScheduler(topology.__class__([CpuNodeSpec.uniform("n0", 8, 1, 1 << 20)]))
+    for i in range(5):
+        uncapped.submit(_env(f"e{i}"), 0.0)
+    assert len(uncapped.schedule(0.0)) == 5 and uncapped.next_wakeup(0.0) is None
+
+
+def test_the_candidate_cap_is_checked() -> None:
+    topology = CpuTopology([CpuNodeSpec.uniform("n0", 8, 1, memory_mb=1 << 20)])
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="candidate_cap"):
+            ElasticScheduler(topology, candidate_cap=bad)  # type: ignore[arg-type]

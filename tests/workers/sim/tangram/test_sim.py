@@ -159,3 +159,17 @@ def test_quota_manager_never_violates_while_naive_retries_fail() -> None:
     naive = simulate_naive_api(trace, tight)
     assert naive.extra["api_rejections"] > 0
     assert any(r.failed for r in naive.records)
+
+
+def test_the_runner_follows_a_capped_pass_at_once() -> None:
+    """A scheduler that admits one candidate a pass asks for another pass at once; the runner
+    gives it, so a synchronized batch starts at the same virtual instant as without the cap."""
+    env = ActionTemplate(tool="env", kind="env", t1=5.0, resources={"cpu": ResourceDemand(1, 1)})
+    steps = (Step(llm_seconds=2.0), Step(action=env))
+    trace = Trace("batch", [TrajectoryTrace(f"t{i}", "x", 0.0, steps) for i in range(6)])
+    capped = TangramSimulation(trace, {"cpu": _cpu_scheduler(8, candidate_cap=1)}).run()
+    free = TangramSimulation(trace, {"cpu": _cpu_scheduler(8, candidate_cap=None)}).run()
+    assert len(capped.records) == 6
+    assert capped.extra["scheduler_passes"] > free.extra["scheduler_passes"]
+    assert [r.started for r in capped.records] == [2.0] * 6
+    assert [r.started for r in free.records] == [2.0] * 6
