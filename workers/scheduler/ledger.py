@@ -245,7 +245,10 @@ class ActionLedger:
         """One pass: what it starts, and the queued → scheduled updates to persist first."""
         started: list[Started] = []
         scheduled: list[ScheduledUpdate] = []
-        for assignment in self._schedule(now):
+        assignments = self._schedule(now)
+        while self.scheduler.next_wakeup(now) == now:  # a pass stopped at its candidate cap
+            assignments += self._schedule(now)
+        for assignment in assignments:
             active = self.active[assignment.action_id]
             attempt = active.record.attempts + 1
             node = node_for(assignment)

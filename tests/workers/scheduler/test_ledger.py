@@ -106,3 +106,9 @@ def test_a_demand_the_pool_never_meets_fails_at_the_next_housekeeping() -> None:
     (failed,) = ledger.drain_orphans()
     assert failed.action_id == 1 and failed.status == "failed" and failed.reason
     assert "1" not in ledger.active
+
+
+def test_a_pass_follows_a_capped_scheduler_pass_at_once() -> None:
+    ledger = _ledger()
+    ledger.scheduler.candidate_cap = 1  # each scheduler pass admits one candidate
+    _started(ledger, _record(1), _record(2), _record(3))
