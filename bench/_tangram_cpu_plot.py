@@ -10,6 +10,7 @@ from bench.report import plot_mean_act_by_batch, plot_path
 
 BY_BATCH_APPROACHES = (
     "elastic",
+    "elastic_paper_estimate",
     *(f"fixed_dop_{d}" for d in FIXED_DOPS),
     "static_pods",
     "static_pods_equal_exec",

@@ -22,22 +22,32 @@ FIXED_DOPS = (4, 8, 16, 32)  # §6.4 compares DoP 4 and 16; 8 and 32 complete th
 
 
 def cpu_scheduler(
-    nodes_count: int, cores: int, algorithm: str, fixed_dop: int = 4
+    nodes_count: int, cores: int, algorithm: str, fixed_dop: int = 4, rest_model: str = "efficient"
 ) -> ElasticScheduler:
-    """The production scheduler on the pool; every other policy field keeps its default."""
+    """The production scheduler on the pool; every other policy field keeps its default.
+    ``rest_model`` "minimum" is the paper's Alg. 2 estimate, kept beside the default."""
     nodes = [
         CpuNodeSpec.uniform(f"cpu-{i}", cores, NUMA_PER_NODE, MEMORY_MB) for i in range(nodes_count)
     ]
     return ElasticScheduler(
-        CpuTopology(nodes), depth=DEPTH, algorithm=algorithm, fixed_dop=fixed_dop
+        CpuTopology(nodes),
+        depth=DEPTH,
+        algorithm=algorithm,
+        fixed_dop=fixed_dop,
+        rest_model=rest_model,
     )
 
 
 def run_tangram(
-    trace: Trace, nodes_count: int, cores: int, algorithm: str, fixed_dop: int = 4
+    trace: Trace,
+    nodes_count: int,
+    cores: int,
+    algorithm: str,
+    fixed_dop: int = 4,
+    rest_model: str = "efficient",
 ) -> SimResult:
     """One pass of the trace through the production scheduler under one policy."""
-    scheduler = cpu_scheduler(nodes_count, cores, algorithm, fixed_dop)
+    scheduler = cpu_scheduler(nodes_count, cores, algorithm, fixed_dop, rest_model)
     simulation = TangramSimulation(trace, {"cpu": scheduler}, overhead_s={"cpu": AOE_OVERHEAD_S})
     return simulation.run()
 

@@ -10,8 +10,10 @@ before any point was run (never chosen from results); the original calibration o
 - burstiness: the spread of trajectory starts; 2 s is one synchronized GRPO batch (the
   original calibration), 120 s is close to a steady stream of arrivals.
 
-Every point runs elastic (Alg. 1) and fixed DoP 4, 8, 16 and 32 (the §6.4 baseline, the
-scheduler's "fixed-dop" policy) on the same trace, and the lower bound (no queueing, best DoP).
+Every point runs elastic (Alg. 1), elastic with the paper's Alg. 2 estimate (every remaining
+action at one core: the scheduler's ``rest_model="minimum"``, the default until the priced
+estimate replaced it), fixed DoP 4, 8, 16 and 32 (the §6.4 baseline, the scheduler's
+"fixed-dop" policy) on the same trace, and the lower bound (no queueing, best DoP).
 The best fixed DoP is chosen per point by its mean ACT (an oracle no single fixed setting has);
 ``best_fixed_over_elastic`` > 1 means elastic is faster. ``headroom`` (best fixed / lower bound)
 bounds what any scheduler could gain over the best fixed DoP at that point.
@@ -52,6 +54,8 @@ QUICK_BURSTINESS = ("synchronized", "spread")
 FULL_BATCH = 1280
 QUICK_BATCH = 256
 REWARD_HEAVY = "reward_heavy"
+# elastic with the scheduler's rest_model="minimum": Alg. 2's estimate as the paper prints it
+PAPER_ESTIMATE = "elastic_paper_estimate"
 REGIME_DEFINITION = (
     "reward-heavy regime = every point whose reward share is 'reward_heavy' (0-2 env turns: "
     "about half of all actions are rewards), at every reward median and burstiness; its target "
@@ -146,6 +150,9 @@ def run_point(
 ) -> dict[str, Any]:
     trace = ai_coding_trace(batch, seed=0, params=point.params())
     approaches = {"elastic": _brief(run_tangram(trace, nodes, cores, "elastic"), dops=True)}
+    # the paper's estimate (every remaining action at one core), the default before
+    minimum = run_tangram(trace, nodes, cores, "elastic", rest_model="minimum")
+    approaches[PAPER_ESTIMATE] = _brief(minimum, dops=True)
     for dop in FIXED_DOPS:
         approaches[f"fixed_dop_{dop}"] = _brief(run_tangram(trace, nodes, cores, "fixed-dop", dop))
     approaches["lower_bound"] = _brief(lower_bound(trace, {"cpu": cores}))
@@ -165,6 +172,7 @@ def run_point(
         "best_fixed_mean_act_s": best,
         "elastic_over_best_fixed": elastic / best,
         "best_fixed_over_elastic": best / elastic,
+        "best_fixed_over_elastic_paper_estimate": best / approaches[PAPER_ESTIMATE]["mean_act_s"],
         "headroom_best_fixed_over_lower_bound": best / approaches["lower_bound"]["mean_act_s"],
     }
 
@@ -183,7 +191,19 @@ def summarise(points: list[dict[str, Any]]) -> dict[str, Any]:
     gains = [p["best_fixed_over_elastic"] for p in points]
     heavy = [p for p in points if p["reward_heavy_regime"]]
     worst = min(points, key=lambda p: p["best_fixed_over_elastic"])
+    paper = [p["best_fixed_over_elastic_paper_estimate"] for p in points]
+    paper_heavy = [p["best_fixed_over_elastic_paper_estimate"] for p in heavy]
     return {
+        "paper_estimate": {
+            "reward_heavy_geomean_best_fixed_over_elastic": geometric_mean(paper_heavy),
+            "all_points_min_best_fixed_over_elastic": min(paper),
+            "points_elastic_ahead": sum(1 for g in paper if g > 1.0),
+            "points_default_estimate_better": sum(
+                1
+                for p in points
+                if p["best_fixed_over_elastic"] > p["best_fixed_over_elastic_paper_estimate"]
+            ),
+        },
         "reward_heavy_geomean_best_fixed_over_elastic": geometric_mean(
             [p["best_fixed_over_elastic"] for p in heavy]
         ),

@@ -2,11 +2,13 @@
 static pods at their honest best, and a regime sweep against the best fixed DoP.
 
 Approaches, all on the same generated trace per batch size (``workers/sim/tangram``):
-ARL-Tangram elastic (Alg. 1, depth 2, DoP 1–32), fixed DoP 4, 8, 16 and 32 (same scheduler,
-policy "fixed-dop"), Kubernetes-like static provisioning (pod per trajectory, 0.5 CPU request /
-4 CPU limit) in two settings (``bench/_tangram_cpu_pods.py``: the legacy one, and one with
-Loom's per-exec overhead and Kubernetes' documented defaults), and the lower bound (no
-queueing, best DoP). Pool: 5 nodes (8 NUMA nodes each) × 256 cores = 1 280 cores as in §6.3;
+ARL-Tangram elastic (Alg. 1, depth 2, DoP 1–32), the same with the paper's Alg. 2 estimate
+(``elastic_paper_estimate``: every remaining action at one core), fixed DoP 4, 8, 16 and 32
+(same scheduler, policy "fixed-dop"), Kubernetes-like static provisioning (pod per
+trajectory, 0.5 CPU request / 4 CPU limit) in two settings (``bench/_tangram_cpu_pods.py``:
+the legacy one, and one with Loom's per-exec overhead and Kubernetes' documented defaults),
+and the lower bound (no queueing, best DoP). Pool: 5 nodes (8 NUMA nodes each) × 256 cores =
+1 280 cores as in §6.3;
 ``--quick`` runs one such node with batch sizes / 5.
 
 Series: ``by_batch`` (Fig. 8a left), ``by_cores_at_1280`` (Fig. 8a right; full run only),
@@ -38,7 +40,7 @@ from bench._tangram_cpu_sim import (
     run_tangram,
     scaled_to,
 )
-from bench._tangram_cpu_sweep import grid_params, run_sweep, summarise
+from bench._tangram_cpu_sweep import PAPER_ESTIMATE, grid_params, run_sweep, summarise
 from bench.report import BenchReport, Target
 from workers.sim.tangram.baselines import lower_bound, simulate_static_pods
 from workers.sim.tangram.results import SimResult
@@ -53,6 +55,7 @@ FULL_CORES_AT_1280 = (152, 208, 256, 304)
 def compare(batch: int, nodes: int, cores: int, seed: int = 0) -> dict[str, dict[str, Any]]:
     trace = ai_coding_trace(batch, seed=seed)
     results: dict[str, SimResult] = {"elastic": run_tangram(trace, nodes, cores, "elastic")}
+    results[PAPER_ESTIMATE] = run_tangram(trace, nodes, cores, "elastic", rest_model="minimum")
     for dop in FIXED_DOPS:
         results[f"fixed_dop_{dop}"] = run_tangram(trace, nodes, cores, "fixed-dop", dop)
     results["static_pods"] = simulate_static_pods(trace, nodes, cores, scaled_to(LEGACY, nodes))
@@ -117,6 +120,9 @@ def run(quick: bool) -> BenchReport:
             "batches": batches,
             "scale": "1 node, batch / 5 (same load per node)" if quick else "paper's",
             "scheduler": cpu_scheduler(nodes, cores, "elastic").policy(),
+            "rest_model": cpu_scheduler(nodes, cores, "elastic").rest_model,
+            "candidate_cap": cpu_scheduler(nodes, cores, "elastic").candidate_cap,
+            "paper_estimate": f"{PAPER_ESTIMATE} = elastic with rest_model='minimum'",
             "fixed_dops": list(FIXED_DOPS),
             "aoe_overhead_s": AOE_OVERHEAD_S,
             "workload": dataclasses.asdict(AiCodingParams()),

@@ -23,6 +23,7 @@ def test_compare_tiny_batch() -> None:
     result = compare(batch=6, nodes=1, cores=64)
     assert set(result) == {
         "elastic",
+        "elastic_paper_estimate",
         *(f"fixed_dop_{d}" for d in FIXED_DOPS),
         "static_pods",
         "static_pods_equal_exec",
@@ -81,6 +82,10 @@ def test_run_point_picks_the_best_fixed_dop() -> None:
     assert fixed[row["best_fixed_dop"]] == row["best_fixed_mean_act_s"]
     elastic = row["approaches"]["elastic"]["mean_act_s"]
     assert row["best_fixed_over_elastic"] == pytest.approx(row["best_fixed_mean_act_s"] / elastic)
+    paper = row["approaches"]["elastic_paper_estimate"]["mean_act_s"]
+    assert row["best_fixed_over_elastic_paper_estimate"] == pytest.approx(
+        row["best_fixed_mean_act_s"] / paper
+    )
     assert row["headroom_best_fixed_over_lower_bound"] >= 1.0 - 1e-9
     assert row["trace"]["reward_action_share"] >= 1 / 3  # 0-2 env turns before each reward
     assert row["reward_heavy_regime"] and not row["original_calibration"]
@@ -89,6 +94,7 @@ def test_run_point_picks_the_best_fixed_dop() -> None:
 def test_summarise_reads_the_regime_and_the_worst_point() -> None:
     def point(share: str, median: float, gain: float, dop: int) -> dict[str, object]:
         return {
+            "best_fixed_over_elastic_paper_estimate": 1.0,
             "reward_share": share,
             "reward_median_s": median,
             "burstiness": "synchronized",
@@ -112,3 +118,6 @@ def test_summarise_reads_the_regime_and_the_worst_point() -> None:
     assert summary["points_elastic_ahead"] == 2 and summary["points_elastic_below_0_95"] == 2
     assert summary["best_fixed_dop_counts"] == {"4": 1, "8": 1, "16": 2, "32": 0}
     assert summary["all_points_geomean_best_fixed_over_elastic"] == pytest.approx(0.99**0.25)
+    paper = summary["paper_estimate"]
+    assert paper["reward_heavy_geomean_best_fixed_over_elastic"] == pytest.approx(1.0)
+    assert paper["points_elastic_ahead"] == 0 and paper["points_default_estimate_better"] == 2
