@@ -2,14 +2,15 @@
 actor to start, with pre-warming from the workload monitor, with a zygote fork on demand, and
 from a cold start; all in one run.
 
-The workload is an on-policy loop wired with ARTOS triggers: publishing ``model_param`` invokes
-the actors (ObjectKeyTrigger), each elastic actor (CartPole, a torch policy) samples ``steps``
-steps into the central buffer and checkpoints, the full batch fires the learner
-(DataKeyTrigger(n=actors)), the learner runs a clipped policy-gradient update and publishes the
-next parameters. ``prewarm`` arms the monitor-driven pre-warmer at each iteration's start;
-``on_demand`` forks each actor from the zygote when invoked; ``cold`` starts a fresh interpreter
-that imports and prepares the program and restores the actor (what a process manager without
-CRIU and without a zygote pays), measured ``cold_starts`` times.
+The workload is the on-policy loop of ``artos_ppo`` wired with ARTOS triggers: publishing
+``model_param`` invokes the actors (ObjectKeyTrigger), each elastic actor (the PPO actor
+program of ``workers.actors.gym_programs`` on CartPole) samples ``steps`` steps into the central
+buffer and checkpoints, the full batch fires the learner (DataKeyTrigger(n=actors)), which runs
+the one PPO update (``workers.algorithms.artos.ppo``) and publishes the next parameters.
+``prewarm`` arms the monitor-driven pre-warmer at each iteration's start; ``on_demand`` forks
+each actor from the zygote when invoked; ``cold`` starts a fresh interpreter that imports and
+prepares the program and restores the actor (what a process manager without CRIU and without a
+zygote pays), measured ``cold_starts`` times.
 
 Targets: the share of invocations that wait < 50 ms once the monitor declared stability
 (paper 92.75 %), and cold start / zygote restore (request to ready, medians).
@@ -26,72 +27,37 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from bench.report import BenchReport, Target
-from workers.actors.cartpole import CartPoleProgram, schema_fields
 from workers.actors.pool import ActorPool, Invocation, cold_start_seconds
 from workers.actors.prewarm import Prewarmer
-from workers.algorithms.artos import DataKeyTrigger, ObjectKeyTrigger, WorkloadMonitor
+from workers.actors.program import load_program
+from workers.algorithms.artos import DataKeyTrigger, Firing, ObjectKeyTrigger, WorkloadMonitor
+from workers.algorithms.artos.ppo import PPOLearner
 from workers.buffers.passers import DirectPasser, QueuePasser
 from workers.buffers.schema import Schema
 from workers.buffers.service import BufferServer
 from workers.buffers.store import ExperienceBuffer
 
 NAME = "artos_prewarm"
-PROGRAM = "workers.actors.cartpole:program"
+PROGRAM = "workers.actors.gym_programs:ppo"
 WAIT_BOUND_S = 0.050
 
 
-class Learner:
-    """A clipped policy-gradient (PPO-style) update of the CartPole policy on each full batch."""
-
-    def __init__(self, epochs: int, gamma: float = 0.99) -> None:
-        self.program = CartPoleProgram()
-        self.program.prepare()
-        self.policy = self.program.policy
-        self.optimiser = torch.optim.Adam(self.policy.parameters(), lr=3e-3)
-        self.epochs, self.gamma = epochs, gamma
-
-    def params(self) -> dict[str, np.ndarray]:
-        """The policy's current weights, as the actors load them."""
-        return self.program.initial_params()
-
-    def update(self, batch: dict[str, np.ndarray], actors: int) -> float:
-        rewards = batch["reward"].reshape(actors, -1)
-        dones = batch["done"].reshape(actors, -1)
-        returns = np.zeros_like(rewards)
-        running = np.zeros(actors, np.float32)
-        for t in range(rewards.shape[1] - 1, -1, -1):
-            running = rewards[:, t] + self.gamma * running * (~dones[:, t])
-            returns[:, t] = running
-        advantage = returns.reshape(-1)
-        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        obs = torch.from_numpy(batch["obs"])
-        action = torch.from_numpy(batch["action"])
-        old_logp = torch.from_numpy(batch["logp"])
-        adv = torch.from_numpy(advantage.astype(np.float32))
-        for _ in range(self.epochs):
-            logp = torch.log_softmax(self.policy(obs), 1).gather(1, action[:, None])[:, 0]
-            ratio = torch.exp(logp - old_logp)
-            loss = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
-            self.optimiser.zero_grad()
-            loss.backward()
-            self.optimiser.step()
-        episodes = max(1, int(batch["done"].sum()))
-        return float(batch["reward"].sum()) / episodes  # mean episode length so far
+def _mean_episode_return(batch: dict[str, np.ndarray]) -> float | None:
+    ended = batch["episode_return"][~np.isnan(batch["episode_return"])]
+    return float(ended.mean()) if len(ended) else None
 
 
 def run_mode(
-    mode: str, actors: list[str], steps: int, iterations: int, epochs: int, workdir: Path
+    mode: str, actors: list[str], steps: int, iterations: int, workdir: Path
 ) -> dict[str, Any]:
-    keys = tuple(schema_fields())
-    buffer = ExperienceBuffer(
-        "rollout", Schema(schema_fields()), len(actors) * steps, eviction="keep_unsampled"
-    )
-    data_ready: queue.Queue[dict[str, Any]] = queue.Queue()
-    buffer.bind("learn", DataKeyTrigger(len(actors), steps, keys), QueuePasser(data_ready))
-    learner = Learner(epochs)
+    program: Any = load_program(PROGRAM)
+    schema = Schema(program.schema_fields())
+    buffer = ExperienceBuffer("rollout", schema, len(actors) * steps, eviction="keep_unsampled")
+    data_ready: queue.Queue[Firing] = queue.Queue()
+    buffer.bind("learn", DataKeyTrigger(len(actors), steps, schema.keys), QueuePasser(data_ready))
+    learner = PPOLearner(program.config)
     with BufferServer([buffer]) as server:
         pool = ActorPool(
             PROGRAM,
@@ -117,10 +83,11 @@ def run_mode(
             for iteration in range(iterations):
                 started = invoked.get(timeout=120)
                 armed = prewarmer.arm(started, actors) if mode == "prewarm" else None
-                data_ready.get(timeout=120)
+                firing = data_ready.get(timeout=120)
                 results: dict[str, Invocation] = pool.wait(actors)
-                _, batch = buffer.sample_full_batch()
-                episode_length = learner.update(batch, len(actors))
+                slices = dict(sorted(firing["actors"].items()))  # actor order: GAE segments
+                batch = buffer.gather(slices, consume=True)
+                learner.update(batch, len(slices))
                 learner_fin = time.monotonic() - started
                 reading = prewarmer.record(results.values(), learner_fin)
                 rows.append(
@@ -130,7 +97,7 @@ def run_mode(
                         "stable_after": reading.stable,
                         "threshold_s": reading.prewarm_threshold,
                         "learner_fin_s": learner_fin,
-                        "mean_episode_length": episode_length,
+                        "mean_episode_return": _mean_episode_return(batch),
                         "waits_s": [results[a].startup_wait_s for a in actors],
                         "prewarmed": [results[a].prewarmed for a in actors],
                         "restore_s": [results[a].restore_s for a in actors],
@@ -168,11 +135,12 @@ def _waits(rows: list[dict[str, Any]], when: str = "all") -> list[float]:
 def run(quick: bool = False) -> BenchReport:
     params: dict[str, Any] = {
         # two actors per core of this 2-core machine; the first full configuration (8 actors,
-        # 30 iterations) is kept in results/artos_prewarm_8actors.json
+        # 30 iterations) is kept in results/artos_prewarm_8actors.json, the last run with the
+        # small CartPole policy and a learner of this bench's own in artos_prewarm_prev.json
         "actors": 4,
         "steps": 128 if quick else 256,
         "iterations": 14 if quick else 40,
-        "learner_epochs": 4,
+        "learner": "workers.algorithms.artos.ppo.PPOLearner (PPOConfig defaults)",
         "cold_starts": 3 if quick else 7,
         "window": 5,
         "stability": 0.2,
@@ -190,7 +158,6 @@ def run(quick: bool = False) -> BenchReport:
                 actors,
                 params["steps"],
                 params["iterations"],
-                params["learner_epochs"],
                 workdir,
             )
         cold = [
