@@ -124,6 +124,7 @@ class Server:
             log_level="warning",
             timeout_keep_alive=300,
             backlog=2048,
+            proxy_headers=False,  # no proxy in front: the forwarded-header middleware is waste
         )
         self._server = uvicorn.Server(config)
         self._task: asyncio.Task[None] | None = None

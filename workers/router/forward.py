@@ -117,12 +117,20 @@ class Forwarder:
             worker = self._choose(state, exclude=worker)
             state.priority = self.policy.priority(state)
             body["priority"] = state.priority
+            payload = dumps(body)
+            # Written before the bookkeeping below (no await in between): the worker starts on
+            # the request while the router accounts for it.
+            sent = worker.upstream.send("POST", path, payload, _HEADERS)
             flight = self.pool.begin(rid, state.trajectory_id, state.job_id, worker)
             state.in_flight.add(rid)
             self._moved_to(state, worker)
             self.publish(state.snapshot("step_started"))
             try:
-                response = await worker.upstream.request("POST", path, dumps(body), _HEADERS)
+                if sent is None:
+                    sent = await worker.upstream.request("POST", path, payload, _HEADERS)
+                else:
+                    sent = await worker.upstream.started(sent)
+                response = sent
                 break
             except (UpstreamLost, OSError, TimeoutError) as exc:
                 self._close(state, flight)
@@ -212,13 +220,18 @@ class Forwarder:
                     step.first_at = time.monotonic()
                 if pending:
                     chunk, pending = pending + chunk, b""
-                if not chunk.endswith(b"\n\n"):  # keep a partial event for the next chunk
+                # The worker's last bytes go out with the end of the response in one write.
+                last = response.ended
+                if not last and not chunk.endswith(b"\n\n"):  # keep a partial event for later
                     cut = chunk.rfind(b"\n\n") + 2
                     chunk, pending = chunk[:cut], chunk[cut:]
                     if not chunk:
                         continue
                 if _USAGE in chunk:
                     chunk = self._take_usage(chunk, step, strip_usage)
+                if last:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                    return
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except UpstreamLost as exc:

@@ -98,6 +98,9 @@ class UpstreamResponse:
         self._headers = asyncio.get_running_loop().create_future()
         self._done = False
         self._error: Exception | None = None
+        self.reused = False  # sent on a pooled connection (retried once if found closed)
+        self.aborted = False  # closed from our side (never retried)
+        self.request: tuple[str, str, bytes, tuple[tuple[bytes, bytes], ...]] = ("", "", b"", ())
 
     def header(self, name: bytes) -> bytes | None:
         for key, value in self.headers:
@@ -132,6 +135,11 @@ class UpstreamResponse:
             self._headers.set_exception(error)
         self._wake()
 
+    @property
+    def ended(self) -> bool:
+        """The whole body arrived and was handed over (the chunk just taken was the last)."""
+        return self._done and self._error is None and not self._chunks
+
     async def chunks(self) -> AsyncIterator[bytes]:
         """Body bytes as they arrive; raises :class:`UpstreamLost` if the connection drops."""
         chunks = self._chunks
@@ -156,6 +164,7 @@ class UpstreamResponse:
     def abort(self) -> None:
         """Close the connection now (the worker sees the client go away)."""
         if not self._done:
+            self.aborted = True
             self._connection._fail(UpstreamLost("aborted by the router"))
 
 
@@ -206,6 +215,42 @@ class Upstream:
         worker cannot be reached. A pooled connection the worker closed while idle is retried
         once on a fresh one: nothing of the request was processed then.
         """
+        response = self.send(method, path, body, headers)
+        if response is None:
+            response = await self._send_fresh(method, path, body, headers)
+        return await self.started(response)
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: tuple[tuple[bytes, bytes], ...] = (),
+    ) -> UpstreamResponse | None:
+        """Write the request on a pooled connection now, without yielding to the loop (the
+        router's hot path: its bookkeeping runs while the worker already works); None when no
+        pooled connection is open (then :meth:`request`, which connects)."""
+        while self._idle:
+            connection = self._idle.pop()
+            if not connection.closed:
+                response = self._write(connection, method, path, body, headers)
+                response.reused = True
+                return response
+        return None
+
+    async def _send_fresh(
+        self, method: str, path: str, body: bytes, headers: tuple[tuple[bytes, bytes], ...]
+    ) -> UpstreamResponse:
+        return self._write(await self._connect(), method, path, body, headers)
+
+    def _write(
+        self,
+        connection: _Connection,
+        method: str,
+        path: str,
+        body: bytes,
+        headers: tuple[tuple[bytes, bytes], ...],
+    ) -> UpstreamResponse:
         head = b"".join(
             [
                 method.encode(), b" ", path.encode(), b" HTTP/1.1\r\nhost: ", self._host_header,
@@ -214,31 +259,35 @@ class Upstream:
                 b"\r\n",
             ]
         )  # fmt: skip
-        for attempt in (0, 1):
-            reused = False
-            connection = None
-            while self._idle:
-                candidate = self._idle.pop()
-                if not candidate.closed:
-                    connection, reused = candidate, True
-                    break
-            if connection is None:
-                connection = await self._connect()
-            response = UpstreamResponse(self, connection)
-            connection.response = response
-            assert connection.transport is not None
-            connection.transport.write(head + body if len(body) < 65536 else head)
-            if len(body) >= 65536:
-                connection.transport.write(body)
-            try:
-                await response._headers
-            except UpstreamLost:
-                self._drop(connection)
-                if reused and attempt == 0 and not response.headers:
-                    continue
+        response = UpstreamResponse(self, connection)
+        response.request = (method, path, body, headers)
+        connection.response = response
+        assert connection.transport is not None
+        if len(body) < 65536:
+            connection.transport.write(head + body)
+        else:
+            connection.transport.write(head)
+            connection.transport.write(body)
+        return response
+
+    async def started(self, response: UpstreamResponse) -> UpstreamResponse:
+        """Wait for the status and headers of a sent request. A pooled connection that turns
+        out closed before any answer is retried once on a fresh one (the worker had closed it
+        while idle: nothing of the request was processed)."""
+        try:
+            await response._headers
+        except UpstreamLost:
+            self._drop(response._connection)
+            if response.aborted or not response.reused or response.headers:
                 raise
-            return response
-        raise AssertionError("unreachable")
+            retry = await self._send_fresh(*response.request)
+            try:
+                await retry._headers
+            except UpstreamLost:
+                self._drop(retry._connection)
+                raise
+            return retry
+        return response
 
     async def close(self) -> None:
         while self._idle:
