@@ -38,6 +38,12 @@ def _stat(pid: int) -> tuple[int, float] | None:
     return ppid, (utime + stime + cutime + cstime) / _TICKS
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """CPU-seconds of one process and the children it reaped; None once it is gone."""
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
+
+
 def tree_cpu_seconds(root: int | None = None) -> tuple[float, int]:
     """CPU-seconds of ``root`` (this process by default) and all its descendants, and how many
     processes the tree holds now."""

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from bench._artos_workload import Progress, Workload, actor_names
+from bench._artos_workload import IterationClock, Progress, Workload, actor_names
 from workers.actors.program import load_program
 from workers.algorithms.artos import DataKeyTrigger, Firing, ObjectKeyTrigger
 from workers.algorithms.artos.dqn import DQNLearner, updates_due
@@ -270,4 +270,58 @@ def _startup_waits(running: RunningWorkflow) -> dict[str, float]:
     return {"count": len(waits), "median": waits[len(waits) // 2], "max": waits[-1]}
 
 
-RUNNERS = {"ppo": run_ppo, "dqn": run_dqn}
+def run_ppo_scaling(workload: Workload, device: str, lock_dir: str) -> dict[str, Any]:
+    """PPO whose actor count follows ``workload.actor_schedule`` from one iteration to the next
+    (adaptive batch size, artos §4.3): the one zygote forks however many actors the iteration
+    asks for; an actor left out is only a checkpoint until it is asked for again. Each
+    iteration invokes its actors, gathers their segments in actor order and updates."""
+    schedule = workload.actor_schedule
+    schema = _schema(workload)
+    learner = PPOLearner(_config(workload))
+    names = actor_names(workload)
+    flow = Workflow("ppo-scaling").buffer(
+        "rollout", schema, len(names) * workload.steps, eviction="keep_unsampled"
+    )
+    flow.actors(
+        "actor",
+        count=len(names),
+        program=workload.program,
+        buffer="rollout",
+        steps=workload.steps,
+        params_key=PARAMS_KEY,
+    )
+    clock = IterationClock()
+    with tempfile.TemporaryDirectory(prefix="artos-scale-", dir=checkpoint_root()) as checkpoints:
+        progress = Progress(workload)
+        running = flow.start(checkpoint_dir=checkpoints)
+        try:
+            buffer, pool = running.buffers["rollout"], running.pool
+            zygote_pids = {pool._process.pid}
+            for count in schedule:
+                chosen = names[:count]
+                clock.begin()
+                since = {a: pool.records[a].steps_done for a in chosen}
+                buffer.put_object(PARAMS_KEY, learner.params())
+                results = pool.run_iteration(chosen)
+                failed = [a for a, i in results.items() if not i.sampled]
+                if failed:
+                    raise RuntimeError(f"actors {failed} failed: {results[failed[0]].error}")
+                clock.collected()
+                slices = {a: (since[a], pool.records[a].steps_done) for a in chosen}
+                batch = buffer.gather(slices, consume=True)
+                learner.update(batch, count)
+                progress.add_episodes(batch["episode_return"])
+                progress.point(progress.env_steps + len(batch["reward"]))
+                clock.end(count)
+                zygote_pids.add(pool._process.pid)
+            return progress.summary(
+                iterations=clock.rows,
+                zygote_starts=len(zygote_pids),
+                actor_startup_waits_s=_startup_waits(running),
+                learner_held_s=0.0,
+            )
+        finally:
+            running.stop()
+
+
+RUNNERS = {"ppo": run_ppo, "dqn": run_dqn, "ppo_scaling": run_ppo_scaling}

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from bench._artos_workload import Progress, Workload, actor_names
+from bench._artos_cpu import process_cpu_seconds
+from bench._artos_workload import IterationClock, Progress, Workload, actor_names
 from workers.actors.program import load_program
 from workers.algorithms.artos.dqn import DQNLearner, updates_due
 from workers.algorithms.artos.ppo import PPOLearner
@@ -48,6 +49,9 @@ class SamplingActor:
         self.state, batch = self.program.sample(self.state, params, steps)
         return batch
 
+    def pid(self) -> int:
+        return os.getpid()
+
 
 def start_ray() -> Any:
     """The platform: GCS and raylet sized to this machine, no dashboard."""
@@ -63,9 +67,14 @@ def start_ray() -> Any:
     return ray
 
 
+def _actor_class(ray: Any, workload: Workload) -> Any:
+    names = actor_names(workload)
+    cpus = len(os.sched_getaffinity(0)) / len(names)  # the most actors, scheduled at once
+    return ray.remote(num_cpus=cpus)(SamplingActor)
+
+
 def _actors(ray: Any, workload: Workload) -> list[Any]:
-    cpus = len(os.sched_getaffinity(0)) / workload.actors  # every actor scheduled at once
-    remote = ray.remote(num_cpus=cpus)(SamplingActor)
+    remote = _actor_class(ray, workload)
     return [
         remote.remote(workload.program, name, workload.seed + index)
         for index, name in enumerate(actor_names(workload))
@@ -146,9 +155,57 @@ def run_dqn(ray: Any, workload: Workload, device: str, lock_dir: str) -> dict[st
     )
 
 
+def run_ppo_scaling(ray: Any, workload: Workload, device: str, lock_dir: str) -> dict[str, Any]:
+    """PPO whose actor count follows ``workload.actor_schedule``, the way Ray changes it: more
+    actors are created (a worker process each, importing and preparing the program), fewer
+    are killed (``ray.kill``: their cores go back, their state with them)."""
+    program: Any = load_program(workload.program)
+    learner = PPOLearner(program.config)
+    remote = _actor_class(ray, workload)
+    names = actor_names(workload)
+    progress = Progress(workload)
+    clock = IterationClock()
+    actors: list[Any] = []
+    created = killed = 0
+    for count in workload.actor_schedule:
+        clock.begin()
+        while len(actors) < count:
+            index = len(actors)
+            actors.append(remote.remote(workload.program, names[index], workload.seed + index))
+            created += 1
+        while len(actors) > count:
+            _kill(ray, actors.pop(), clock)
+            killed += 1
+        params = ray.put(learner.params())
+        batches = ray.get([actor.sample.remote(params, workload.steps) for actor in actors])
+        clock.collected()
+        batch = {key: np.concatenate([b[key] for b in batches]) for key in batches[0]}
+        learner.update(batch, count)
+        progress.add_episodes(batch["episode_return"])
+        progress.point(progress.env_steps + len(batch["reward"]))
+        clock.end(count)
+    return progress.summary(
+        iterations=clock.rows,
+        actors_created=created,
+        actors_killed=killed,
+        learner_held_s=0.0,
+    )
+
+
+def _kill(ray: Any, actor: Any, clock: IterationClock, timeout_s: float = 10.0) -> None:
+    """``ray.kill`` the actor and wait for its process to end; its CPU, read just before,
+    stays in the iteration's count (the raylet reaps it without accounting)."""
+    pid = ray.get(actor.pid.remote())
+    clock.gone(process_cpu_seconds(pid) or 0.0)
+    ray.kill(actor)
+    deadline = time.monotonic() + timeout_s
+    while process_cpu_seconds(pid) is not None and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def _actor_held_core_s(progress: Progress) -> float:
     """The actors reserve every core (``num_cpus``) from their creation to the job's end."""
     return len(os.sched_getaffinity(0)) * (time.monotonic() - progress.started)
 
 
-RUNNERS = {"ppo": run_ppo, "dqn": run_dqn}
+RUNNERS = {"ppo": run_ppo, "dqn": run_dqn, "ppo_scaling": run_ppo_scaling}

@@ -33,17 +33,55 @@ class Workload:
     max_env_steps: int
     replay_capacity: int = 0  # off-policy only
     seed: int = 0
+    actor_schedule: tuple[int, ...] = ()  # the actor-scaling bench: actors per iteration
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Workload:
-        return cls(**data)
+        return cls(**{**data, "actor_schedule": tuple(data.get("actor_schedule", ()))})
 
 
 def actor_names(workload: Workload) -> list[str]:
-    return [f"actor{i}" for i in range(workload.actors)]
+    """Every actor the run may use (the most the schedule asks for, when it has one)."""
+    return [f"actor{i}" for i in range(max(workload.actors, *workload.actor_schedule, 0))]
+
+
+@dataclass
+class IterationClock:
+    """Wall and CPU time of each iteration of a run (the actor-scaling bench): from the
+    learner publishing the parameters, through collection, to the end of its update."""
+
+    rows: list[dict[str, float]] = field(default_factory=list)
+    _began: tuple[float, float] = (0.0, 0.0)
+    _collected: float = 0.0
+    _gone_cpu_s: float = 0.0
+
+    def begin(self) -> None:
+        self._began = (time.monotonic(), tree_cpu_seconds()[0])
+        self._gone_cpu_s = 0.0
+
+    def gone(self, cpu_s: float) -> None:
+        """A process of the tree is ending that no process of the tree reaps with accounting
+        (Ray's raylet reaps a killed actor's worker): its CPU, read just before, stays counted
+        instead of leaving the tree's total."""
+        self._gone_cpu_s += cpu_s
+
+    def collected(self) -> None:
+        self._collected = time.monotonic()
+
+    def end(self, actors: int) -> None:
+        began, cpu = self._began
+        self.rows.append(
+            {
+                "iteration": float(len(self.rows)),
+                "actors": float(actors),
+                "collect_s": self._collected - began,
+                "iteration_s": time.monotonic() - began,
+                "cpu_s": tree_cpu_seconds()[0] + self._gone_cpu_s - cpu,
+            }
+        )
 
 
 @dataclass
