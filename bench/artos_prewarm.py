@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
+from bench._artos_run import LEARNER_THREADS
 from bench.report import BenchReport, Target
 from workers.actors.pool import ActorPool, Invocation, cold_start_seconds
 from workers.actors.prewarm import Prewarmer
@@ -141,6 +143,11 @@ def run(quick: bool = False) -> BenchReport:
         "steps": 128 if quick else 256,
         "iterations": 14 if quick else 40,
         "learner": "workers.algorithms.artos.ppo.PPOLearner (PPOConfig defaults)",
+        # one intra-op thread, as artos_ppo's learners; the first run with torch's default
+        # (one per core, contending with the actors) is kept in
+        # results/artos_prewarm_learner_threads_default.json: its learner times never held
+        # the monitor's stability band
+        "learner_threads": LEARNER_THREADS,
         "cold_starts": 3 if quick else 7,
         "window": 5,
         "stability": 0.2,
@@ -148,6 +155,7 @@ def run(quick: bool = False) -> BenchReport:
         "cores": sorted(os.sched_getaffinity(0)),
         "load_average_at_start": os.getloadavg()[0],
     }
+    torch.set_num_threads(LEARNER_THREADS)
     actors = [f"actor{i}" for i in range(params["actors"])]
     series: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="artos-prewarm-") as directory:
