@@ -14,7 +14,9 @@ Deviations, each for a stated reason:
   cost, counted per chunk: ``topology.gpu``);
 - DPArrange's costs carry a holding price for wasted unit-seconds (``holding_price``, Loom's
   own; not on GPU-service splits), and Alg. 2 reads a per-unit completion profile
-  (``objective``);
+  (``objective``) in which the units a pass leaves idle are released at the next completion
+  (the next pass), and, in a priced split, places the remaining actions at the allocation the
+  price would give them (``_demand``; the scheduler's ``rest_model``);
 - a split is keyed by (group, resource): a CPU node is scheduled on its own (§5.2). Non-elastic
   actions join the split of the resource they use (their single option in the DP), so the
   tail eviction can hold them back to widen an elastic action ahead of them.
