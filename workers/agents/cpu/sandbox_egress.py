@@ -112,19 +112,31 @@ def _set(networks: Iterable[Network], version: int) -> str:
 
 
 def ruleset(
-    *, dns: str, allowed: Sequence[Network], blocked: Sequence[Network], table: str = "loom_egress"
+    *,
+    dns: str | Sequence[str],
+    allowed: Sequence[Network],
+    blocked: Sequence[Network],
+    table: str = "loom_egress",
+    replace: bool = False,
 ) -> str:
-    """The nftables script for one action's namespace: its own loopback and slirp's resolver
-    (``dns``, port 53) are accepted, then the operator's ``allowed``, then ``blocked`` is
-    rejected (an immediate "administratively prohibited", not a silent drop the action would
-    wait out); everything else goes out."""
-    lines = [
+    """The nftables script for one action's namespace: its own loopback and the resolvers
+    (``dns``: slirp's, or the ones a container's DNS forwards to; port 53) are accepted, then
+    the operator's ``allowed``, then ``blocked`` is rejected (an immediate "administratively
+    prohibited", not a silent drop the action would wait out); everything else goes out.
+    ``replace``: swap out a table loaded earlier in the same transaction (a namespace that
+    outlives one action, a Docker container's)."""
+    lines = [f"add table inet {table}", f"delete table inet {table}"] if replace else []
+    lines += [
         f"table inet {table} {{",
         "  chain output {",
         "    type filter hook output priority 0; policy accept;",
         '    oifname "lo" accept',
-        f"    ip daddr {dns} meta l4proto {{ tcp, udp }} th dport 53 accept",
     ]
+    for resolver in [dns] if isinstance(dns, str) else dns:
+        family = "ip6" if ipaddress.ip_address(resolver).version == 6 else "ip"
+        lines.append(
+            f"    {family} daddr {resolver} meta l4proto {{ tcp, udp }} th dport 53 accept"
+        )
     for family, version in (("ip", 4), ("ip6", 6)):
         members = _set(allowed, version)
         if members:
@@ -140,10 +152,18 @@ def ruleset(
 class EgressFilter:
     """Installs :func:`ruleset` into an action's network namespace before its command runs."""
 
-    def __init__(self, *, nft: str | None, dns: str, allowed: Sequence[Network] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        nft: str | None,
+        dns: str | Sequence[str],
+        allowed: Sequence[Network] = (),
+        replace: bool = False,
+    ) -> None:
         self.nft = nft
         self.dns = dns
         self.allowed = tuple(allowed)
+        self.replace = replace
         self.blocked_by_default = tuple(ipaddress.ip_network(n) for n in BLOCKED_NETWORKS)
 
     @classmethod
@@ -158,7 +178,7 @@ class EgressFilter:
 
     def script(self) -> str:
         blocked = (*self.blocked_by_default, *host_addresses())
-        return ruleset(dns=self.dns, allowed=self.allowed, blocked=blocked)
+        return ruleset(dns=self.dns, allowed=self.allowed, blocked=blocked, replace=self.replace)
 
     async def apply(self, network: int, *, owner: int | None) -> None:
         """Load the ruleset into the namespace held open as ``network``; ``owner``: the user
