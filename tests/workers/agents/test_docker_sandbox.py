@@ -1,12 +1,14 @@
 """Docker backend sandbox boundaries, each proven from inside an action on a real dockerd:
 non-root uid and no capabilities (seen inside and in the host's /proc), read-only root, nothing of
-Loom's or of other trajectories reachable, no /proc escape, network only when the tool allows it,
+Loom's or of other trajectories reachable, no /proc escape, network only when the tool allows it
+(where it may go: test_docker_egress.py),
 fork bombs held by the pids limit, no Docker socket, no environment leak from the agent."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import os
 import socket
@@ -26,6 +28,7 @@ from tests.workers.agents.conftest import cpu_dispatch, leftover_processes
 from workers.agents.cpu import DockerBackend
 from workers.agents.cpu.backend import ExecOutcome
 from workers.agents.cpu.docker_sandbox import REPOSITORY, SandboxPolicy
+from workers.agents.cpu.sandbox_egress import ALLOW_VARIABLE
 from workers.testing.dockerd import DockerDaemon
 from workers.transport import Dispatch
 
@@ -207,10 +210,22 @@ async def test_proc_does_not_lead_out_of_the_container(
     assert "work" in rest.split() and "main" not in rest.split()
 
 
+def _host_address() -> str | None:
+    """The host's own address its outgoing traffic leaves from (not a Docker bridge's): what a
+    service bound to 0.0.0.0 listens on. No packet is sent."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("203.0.113.1", 9))
+        except OSError:
+            return None
+        address: str = probe.getsockname()[0]
+    return None if ipaddress.ip_address(address).is_loopback else address
+
+
 @contextmanager
-def _listener(host: str) -> Iterator[tuple[int, list[bytes]]]:
+def _listener(host: str, port: int = 0) -> Iterator[tuple[int, list[bytes]]]:
     """A TCP listener on the host recording what each connection sends."""
-    server = socket.create_server((host, 0))
+    server = socket.create_server((host, port))
     server.settimeout(0.2)
     received: list[bytes] = []
     stop = threading.Event()
@@ -236,32 +251,38 @@ def _listener(host: str) -> Iterator[tuple[int, list[bytes]]]:
 
 
 async def test_network_is_off_unless_the_tool_allows_it(
-    backend: DockerBackend, dockerd: tuple[DockerDaemon, str]
+    dockerd: tuple[DockerDaemon, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    daemon, _ = dockerd
-    await _run(backend, "true", network=True)  # creates the tool network
-    gateway = daemon.docker(
-        "network", "inspect", backend.tool_network, "-f", "{{(index .IPAM.Config 0).Gateway}}"
-    )
+    """Offline, a listener on the host's own address, which the operator allows (the egress
+    rules reject it otherwise: test_docker_egress.py), stands for the world."""
+    address = _host_address()
+    if address is None:
+        pytest.skip("this host has no non-loopback IPv4 address")
+    monkeypatch.setenv(ALLOW_VARIABLE, f"{address}/32")
+    daemon, image = dockerd
+    backend = _make_backend(daemon, image, "net")
     interfaces = "ls /sys/class/net | tr '\\n' ' '; echo"
     probe = interfaces + "; echo {word} | nc -w 2 {host} {port} 2>/dev/null && echo ok"
     sent_words = []
-    with (
-        _listener("127.0.0.1") as (loopback_port, loopback_got),
-        _listener(gateway) as (bridge_port, bridge_got),
-    ):
-        for network in (False, True, False):  # one container: attached, then detached again
-            word = f"w-{network}-{uuid.uuid4().hex[:6]}"
-            command = probe.format(word=word, host=gateway, port=bridge_port)
-            out = await _run(backend, command, network=network)
-            links = out.split("\n")[0].split()
-            assert [n[:3] for n in links] == (["eth", "lo"] if network else ["lo"]), out
-            assert ("ok" in out) is network, out
-            sent_words += [word.encode()] if network else []
-            command = probe.format(word=word, host="127.0.0.1", port=loopback_port)
-            assert "ok" not in await _run(backend, command, network=network)
-        await asyncio.sleep(0.3)
-    assert bridge_got == sent_words
+    try:
+        with (
+            _listener("127.0.0.1") as (loopback_port, loopback_got),
+            _listener(address) as (host_port, host_got),
+        ):
+            for network in (False, True, False):  # one container: attached, then detached again
+                word = f"w-{network}-{uuid.uuid4().hex[:6]}"
+                command = probe.format(word=word, host=address, port=host_port)
+                out = await _run(backend, command, network=network)
+                links = out.split("\n")[0].split()
+                assert [n[:3] for n in links] == (["eth", "lo"] if network else ["lo"]), out
+                assert ("ok" in out) is network, out
+                sent_words += [word.encode()] if network else []
+                command = probe.format(word=word, host="127.0.0.1", port=loopback_port)
+                assert "ok" not in await _run(backend, command, network=network)
+            await asyncio.sleep(0.3)
+    finally:
+        await backend.close()
+    assert host_got == sent_words
     assert loopback_got == []  # the host's loopback is never the container's
 
 

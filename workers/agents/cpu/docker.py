@@ -11,7 +11,11 @@ when the trajectory ends or stays idle past ``idle_ttl_s``. Talks to dockerd wit
 CLI (asyncio subprocesses): no SDK needed, and the same CLI works against any daemon.
 
 Containers are sandboxes (docker_sandbox.py): a fixed non-root uid, no capabilities, read-only
-root, a pids limit, no network except while a dispatch whose tool allows it runs, and one mount:
+root, a pids limit, no network except while a dispatch whose tool allows it runs (and then, through
+nftables rules loaded into the container's own network namespace first, nothing of the host's
+addresses, the bridge's gateway included, nor of private and link-local networks, cloud metadata
+included, unless the operator lists them in ``LOOM_SANDBOX_NETWORK_ALLOW``; where the agent cannot
+load the rules, network-on dispatches fail closed), and one mount:
 the trajectory's working directory, a host directory of its own under ``work_root`` (outside the
 repository) or, when dockerd is remote, a tmpfs. Only the dispatch's env and ``LOOM_*`` variables
 set here reach an action; the agent's own environment never does.
@@ -43,6 +47,7 @@ from workers.agents.cpu.backend import (
     supervise,
 )
 from workers.agents.cpu.docker_sandbox import (
+    ContainerEgress,
     NetworkGate,
     SandboxPolicy,
     UnsafeContainer,
@@ -50,6 +55,7 @@ from workers.agents.cpu.docker_sandbox import (
     check_outside_repository,
     workdir_mount_args,
 )
+from workers.agents.cpu.sandbox_egress import EgressUnavailable
 from workers.transport.messages import Dispatch
 
 logger = logging.getLogger(__name__)
@@ -79,8 +85,11 @@ class DockerBackend(ExecutionBackend):
     ``tool_network``: the Docker network attached while a dispatch with ``network`` set runs
     (created as a bridge without inter-container traffic when missing; both the NAT to the outside
     and that isolation need dockerd's iptables). The host's loopback services (PostgreSQL, Redis,
-    the API) stay out of reach; a host service listening on every address does not: keep Loom's
-    on loopback. Every other exec sees only a loopback interface of its own.
+    the API) stay out of reach, and so, through the egress rules loaded into the container's
+    namespace before each attach, do the host's other addresses and private networks
+    (``egress``; default: ``ContainerEgress.on_this_host``). Those rules need a local dockerd, a
+    root agent and ``nft``, else network-on dispatches end ``infra_error``. Every other exec
+    sees only a loopback interface of its own.
 
     ``host_workdirs``: give each trajectory a host directory under ``work_root`` (default: under
     the system temp dir) bound at ``workdir``; by default only when dockerd runs on this host and
@@ -108,6 +117,7 @@ class DockerBackend(ExecutionBackend):
         workdir: str = "/work",
         shell: str = "/bin/sh",
         cli_timeout_s: float = 60.0,
+        egress: ContainerEgress | None = None,
     ) -> None:
         self.node_id = node_id
         self.image = image
@@ -136,6 +146,9 @@ class DockerBackend(ExecutionBackend):
         self.work_root = work_root.resolve() if host_workdirs and work_root else None
         if self.work_root is not None:
             check_outside_repository(self.work_root)
+        self.egress = egress or ContainerEgress.on_this_host(local=self.daemon_is_local)
+        if self.egress.refusal is not None:
+            logger.warning("actions of network-enabled tools will fail: %s", self.egress.refusal)
 
     @property
     def daemon_is_local(self) -> bool:
@@ -289,9 +302,11 @@ class DockerBackend(ExecutionBackend):
         self._tool_network_ready = True
 
     async def _set_network(self, container: _Container, attached: bool) -> None:
-        """Attach the tool network (leaving Docker's ``none`` mode first) or detach it."""
+        """Attach the tool network (leaving Docker's ``none`` mode first, egress rules loaded
+        before) or detach it."""
         if attached:
             await self._ensure_tool_network()
+            await self.egress.apply(container.container_id, container.init_pid)
             await self.docker(
                 "network", "disconnect", "none", container.name, tolerate=("is not connected",)
             )
@@ -342,7 +357,7 @@ class DockerBackend(ExecutionBackend):
                 dispatch.network, lambda on: self._set_network(container, on)
             ):
                 return await self._exec(dispatch, container, started)
-        except DockerError as exc:
+        except (DockerError, EgressUnavailable) as exc:
             return ExecOutcome(None, b"", False, started, time.time(), infra_error=str(exc))
         finally:
             container.busy -= 1

@@ -7,17 +7,31 @@ unprivileged uid with every capability dropped and ``no-new-privileges`` (a setu
 image cannot win them back), a read-only root filesystem with a private tmpfs ``/tmp``, a pids
 limit (a fork bomb stays inside it), no network unless the dispatched tool asks for it, and no
 mount but its own trajectory's working directory: never the Docker socket, never a host path of
-Loom's (the repository, ``var/``, secrets, other trajectories' directories).
+Loom's (the repository, ``var/``, secrets, other trajectories' directories). While it has the
+network, the egress rules of ``sandbox_egress.py``, loaded into its own network namespace before
+the network is attached, keep it off the host's addresses (the bridge's gateway included) and
+private networks (``ContainerEgress``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+import ipaddress
+import os
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from workers.agents.cpu.sandbox import DEFAULT_PATH
+from workers.agents.cpu.sandbox_egress import (
+    NFT_HINT,
+    EgressFilter,
+    EgressUnavailable,
+    allowed_from_env,
+)
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 
@@ -127,6 +141,99 @@ def check_hardened(
         problems.append(f"network {host.get('NetworkMode')} {sorted(networks)}")
     if problems:
         raise UnsafeContainer(f"container {info.get('Name', '?')}: {', '.join(problems)}")
+
+
+def upstream_resolvers(
+    files: Sequence[Path] = (Path("/etc/resolv.conf"), Path("/run/systemd/resolve/resolv.conf")),
+) -> tuple[str, ...]:
+    """The resolvers Docker's embedded DNS (``127.0.0.11``) forwards a container's lookups to:
+    the first file's non-loopback ``nameserver`` entries, or the next file's where it names only
+    a loopback stub (dockerd's own choice: systemd-resolved's upstreams). dockerd sends those
+    queries from inside the container's network namespace, so the egress rules must let them
+    through; loopback ones never leave it (``oifname "lo"``)."""
+    for path in files:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            continue
+        found = []
+        for fields in (line.split() for line in lines):
+            if len(fields) >= 2 and fields[0] == "nameserver":
+                try:
+                    address = ipaddress.ip_address(fields[1].partition("%")[0])
+                except ValueError:
+                    continue
+                if not address.is_loopback:
+                    found.append(str(address))
+        if found:
+            return tuple(found)
+    return ()
+
+
+class ContainerEgress:
+    """Loads the egress rules into a container's network namespace before it gets a network
+    (Loom's own).
+
+    It enters the namespace through ``/proc/<container init pid>/ns/net``, so it needs a dockerd
+    on this host and an agent that is root; the container, without capabilities, cannot change
+    the rules. Where it cannot load them (``refusal``), network-on dispatches fail closed.
+    """
+
+    def __init__(self, *, nft: str | None, local: bool, root: bool, resolvers: Sequence[str]):
+        self.filter = EgressFilter(nft=nft, dns=resolvers, allowed=allowed_from_env(), replace=True)
+        self.refusal: str | None = None
+        if not local:
+            self.refusal = (
+                "dockerd is remote, so the agent cannot enter its containers' network namespaces "
+                "to load the egress rules. Fix: run the agent on the Docker host against its "
+                "unix:// socket, as root"
+            )
+        elif not root:
+            self.refusal = (
+                "the agent is not root, so it cannot enter its containers' network namespaces "
+                "to load the egress rules. Fix: run the agent as root"
+            )
+        elif nft is None:
+            self.refusal = f"nft is not installed on this node. Fix: {NFT_HINT}"
+
+    @classmethod
+    def on_this_host(cls, *, nft: str | None = "auto", local: bool) -> ContainerEgress:
+        """``nft``: the binary, ``"auto"`` to look it up, ``None``: there is none."""
+        found = shutil.which("nft", path=DEFAULT_PATH) if nft == "auto" else nft
+        return cls(nft=found, local=local, root=os.geteuid() == 0, resolvers=upstream_resolvers())
+
+    async def apply(self, container_id: str, init_pid: int) -> None:
+        """Load (or refresh: host addresses change) the rules into the namespace of the
+        container whose init is ``init_pid``; raises ``EgressUnavailable`` saying why not."""
+        if self.refusal is not None:
+            raise EgressUnavailable(
+                f"this tool has network on, but {self.refusal}; without the egress rules its "
+                f"container could reach the host and its private networks"
+            )
+        try:
+            network = os.open(f"/proc/{init_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise EgressUnavailable(f"container init {init_pid} is gone: {exc}") from None
+        try:
+            self._check_namespace(network, container_id, init_pid)
+            await self.filter.apply(network, owner=None)
+        finally:
+            os.close(network)
+
+    @staticmethod
+    def _check_namespace(network: int, container_id: str, init_pid: int) -> None:
+        """A recycled pid must not lead the rules anywhere else, least of all into the host's
+        own namespace (they would cut the node off its private network)."""
+        try:
+            cgroups = Path(f"/proc/{init_pid}/cgroup").read_text()
+            own = os.stat("/proc/self/ns/net")
+        except OSError as exc:
+            raise EgressUnavailable(f"container init {init_pid}: {exc}") from None
+        found = os.fstat(network)
+        if container_id not in cgroups or (found.st_dev, found.st_ino) == (own.st_dev, own.st_ino):
+            raise EgressUnavailable(
+                f"pid {init_pid} is no longer the init of container {container_id[:12]}"
+            )
 
 
 class NetworkGate:
