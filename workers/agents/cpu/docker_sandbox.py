@@ -150,7 +150,8 @@ def upstream_resolvers(
     the first file's non-loopback ``nameserver`` entries, or the next file's where it names only
     a loopback stub (dockerd's own choice: systemd-resolved's upstreams). dockerd sends those
     queries from inside the container's network namespace, so the egress rules must let them
-    through; loopback ones never leave it (``oifname "lo"``)."""
+    through; loopback ones never leave it (``oifname "lo"``). Servers set by dockerd's own
+    ``--dns`` are not seen here: an operator lists private ones in LOOM_SANDBOX_NETWORK_ALLOW."""
     for path in files:
         try:
             lines = path.read_text().splitlines()
