@@ -98,6 +98,13 @@ class Elasticity:
         for m, e in enumerate(self.efficiency, start=1):
             if not (0.0 < e <= 1.0) or math.isnan(e):
                 raise ValueError(f"E({m}) = {e} is outside (0, 1]")
+        # hashed once: a pass looks its tables up by elasticity (``sizing``'s caches), and a
+        # tuple of floats hashes every element on every lookup
+        object.__setattr__(self, "_hash", hash(self.efficiency))
+
+    def __hash__(self) -> int:
+        cached: int = self.__dict__["_hash"]
+        return cached
 
     @classmethod
     def amdahl(cls, parallel_fraction: float, max_units: int) -> Elasticity:

@@ -119,6 +119,7 @@ class BasicDPOperator:
         best_state = [0]
         choices: list[NDArray[np.int64]] = []
         itemsize = dp.itemsize
+        rows = np.arange(capacity + 1)
         for layer, cost in enumerate(costs):
             cost = cost[: capacity + 1]
             if layer == 0:
@@ -148,7 +149,9 @@ class BasicDPOperator:
             )
             totals = windows + cost[hi : lo - 1 if lo > 0 else None : -1]
             offset = totals.argmin(axis=1)
-            dp = totals.min(axis=1)
+            # the minima read at their argmin: numpy's row-wise argmin is several times faster
+            # than its row-wise min, and the values are the same
+            dp = totals[rows, offset]
             choices.append(hi - offset)
             state = int(dp.argmin())
             best.append(float(dp[state]))

@@ -59,6 +59,10 @@ class _Split:
     rest_demands: list[Demand]
     rest_single: bool  # every rest action needs one unit
     price: float  # holding_price for this split
+    # each member's demand as a remaining action (``_demand``), and whether every member from
+    # index i on needs one unit: read by every trial that evicts them
+    member_demands: list[Demand]
+    members_single_from: list[bool]
 
 
 class ElasticAllocation:
@@ -120,6 +124,10 @@ class ElasticAllocation:
             costs = [self._cost_table(c, key, operator.table_width, price) for c in members]
             arrangement = operator.arrange_prefixes(costs)
             rest_demands = [self._demand(entry, price) for entry in rest]
+            member_demands = [self._demand(c.entry, price) for c in members]
+            single_from = [True] * (len(members) + 1)
+            for index in range(len(members) - 1, -1, -1):
+                single_from[index] = single_from[index + 1] and member_demands[index][0] <= 1
             split = _Split(
                 members,
                 arrangement,
@@ -129,6 +137,8 @@ class ElasticAllocation:
                 rest_demands,
                 all(units <= 1 for units, _ in rest_demands),
                 price,
+                member_demands,
+                single_from,
             )
             # Evicting the whole split is allowed only while something in the group is running
             # or starting; the kept set is always an FCFS prefix, so a deferred head holds back
@@ -241,9 +251,8 @@ class ElasticAllocation:
         single = split.rest_single
         if prefix < len(split.members):
             first = self._priced(split.members[prefix].entry.spec, split.price)
-            evicted = [self._demand(m.entry, split.price) for m in split.members[prefix + 1 :]]
-            single = single and all(units <= 1 for units, _ in evicted)
-            later = evicted + split.rest_demands
+            single = single and split.members_single_from[prefix + 1]
+            later = split.member_demands[prefix + 1 :] + split.rest_demands
         elif split.rest:
             first = self._priced(split.rest[0].spec, split.price)
             later = split.rest_demands[1:]

@@ -163,7 +163,7 @@ def estimate_remaining(
     best = limit
     found = math.inf  # the best total below the limit
     heapreplace = heapq.heapreplace
-    durations = [seconds for _, seconds in rest]
+    durations = [seconds for _, seconds in rest] if single else []
     for bound, units, seconds, extra in bounded:
         if bound >= best:
             break
@@ -182,7 +182,7 @@ def estimate_remaining(
         elif heap:
             total = _place_rest(heap, rest, tails, total, best)
         else:
-            total += sum(durations)
+            total += sum([seconds for _, seconds in rest])
         if total < best:
             best = found = total
     return found
