@@ -74,6 +74,11 @@ FIXED_DOPS = (1, 2, 4, 8)  # fixed DoP / ServerlessLLM num_gpus, each run
 FULL_BATCHES = (256, 512, 1024, 2048, 3072, 4096)
 SAVING_BATCH = 1024  # §6.3 Fig. 8b right
 CONGESTED_BATCH = 4096  # the largest batch of the sweep; its queue is checked to be non-empty
+# A second congested point, beside the first (whose check is kept): once the priced estimate
+# and the candidate cap made Tangram queue less than it executes at 4 096, that point no longer
+# tested a congested pool. Twice the sweep's largest batch, fixed before it was run; current
+# workload only.
+HEAVY_CONGESTED_BATCH = 8192
 WORKLOADS = {"mopd_5x2": MopdParams(), "mopd_3x4_original": MOPD_ORIGINAL}
 CURRENT = "mopd_5x2"
 
@@ -293,6 +298,31 @@ def _targets(workloads: dict[str, dict[str, Any]]) -> list[Target]:
                     1.0,
                 )
             )
+    heavy = current.get("heavy_congested")
+    if heavy is not None:
+        approaches = heavy["approaches"]
+        tangram = approaches["tangram"]
+        batch = heavy["batch"]
+        targets += [
+            Target.at_least(
+                f"congested_tangram_queue_over_execution_b{batch}",
+                tangram["mean_queue_s"] / tangram["mean_execution_s"],
+                1.0,
+            ),
+            Target.at_least(
+                f"isolated_over_tangram_mean_act_congested_b{batch}",
+                approaches["isolated_sglang"]["mean_act_s"] / tangram["mean_act_s"],
+                2.0,
+            ),
+        ]
+        for baseline in ("serverless_llm", "isolated_sglang", "tangram_fixed_dop"):
+            targets.append(
+                Target.at_most(
+                    f"tangram_over_{baseline}_mean_act_b{batch}",
+                    tangram["mean_act_s"] / approaches[baseline]["mean_act_s"],
+                    1.0,
+                )
+            )
     original = {r["batch"]: r["approaches"] for r in workloads["mopd_3x4_original"]["by_batch"]}
     if CONGESTED_BATCH in original:
         approaches = original[CONGESTED_BATCH]
@@ -316,6 +346,10 @@ def run(quick: bool) -> BenchReport:
         }
         for name, params in WORKLOADS.items()
     }
+    workloads[CURRENT]["heavy_congested"] = {
+        "batch": HEAVY_CONGESTED_BATCH,
+        "approaches": compare(HEAVY_CONGESTED_BATCH, WORKLOADS[CURRENT]),
+    }
     report = BenchReport(
         benchmark="tangram_gpu",
         quick=quick,
@@ -331,6 +365,7 @@ def run(quick: bool) -> BenchReport:
             "serverless_unsourced_load_multiplier": SERVERLESS_LOAD_MULTIPLIER,
             "batches": batches,
             "congested_batch": CONGESTED_BATCH,
+            "heavy_congested_batch": HEAVY_CONGESTED_BATCH,
             "saving_batch": SAVING_BATCH,
             "saving_sweep_step_gpus": step,
             "scheduler": {"depth": 2, "dop": [1, 2, 4, 8]},

@@ -57,3 +57,26 @@ def test_targets_cover_every_batch_and_both_workloads() -> None:
     for batch in (8, 4096):
         assert f"tangram_over_serverless_llm_mean_act_b{batch}" in names
         assert f"tangram_over_tangram_fixed_dop_mean_act_b{batch}" in names
+
+
+def test_heavy_congested_point_adds_its_targets_beside_the_first() -> None:
+    small = compare(batch=8)
+    rows = [{"batch": b, "approaches": small} for b in (8, 4096)]
+    saving = {"fraction": 0.3}
+    current = {
+        "by_batch": rows,
+        "gpus_for_same_act": saving,
+        "heavy_congested": {"batch": 8192, "approaches": small},
+    }
+    workloads = {
+        "mopd_5x2": current,
+        "mopd_3x4_original": {"by_batch": rows, "gpus_for_same_act": saving},
+    }
+    targets = {t.name: t for t in _targets(workloads)}
+    # the first congested point's check stays, the heavier point's joins it
+    assert "congested_tangram_queue_over_execution" in targets
+    heavy = targets["congested_tangram_queue_over_execution_b8192"]
+    tangram = small["tangram"]
+    assert heavy.value == tangram["mean_queue_s"] / tangram["mean_execution_s"]
+    assert "isolated_over_tangram_mean_act_congested_b8192" in targets
+    assert "tangram_over_tangram_fixed_dop_mean_act_b8192" in targets
