@@ -14,7 +14,8 @@ import redis.asyncio as aioredis
 
 from workers.engine.asgi import Server, bind
 from workers.router.app import RouterApp
-from workers.router.policies import POLICIES, make_policy
+from workers.router.live_policy import PolicyFeed
+from workers.router.policies import POLICIES, RoutingPolicy, make_policy
 from workers.router.pool import WorkerPool
 from workers.router.predictor_feed import PredictorFeed
 from workers.router.registry import Registry, RegistryNames, StatePublisher
@@ -46,6 +47,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="no keys and no trajectory registry (local experiments only; refuses --redis-url)",
     )
     parser.add_argument("--health-interval", type=float, default=1.0)
+    parser.add_argument(
+        "--name",
+        default=os.environ.get("LOOM_ROUTER_NAME", "router"),
+        help="this router's name: its workers' reports and the policy the dashboard sets for it",
+    )
+    parser.add_argument(
+        "--metrics-interval", type=float, default=1.0, help="how often to read workers' /metrics"
+    )
     parser.add_argument(
         "--history-trace",
         type=Path,
@@ -111,7 +120,11 @@ def trajectory_table(history_trace: Path | None, predictor: str) -> TrajectoryTa
 
 
 async def main(args: argparse.Namespace) -> None:
-    pool = WorkerPool(args.worker, health_interval_s=args.health_interval)
+    pool = WorkerPool(
+        args.worker,
+        health_interval_s=args.health_interval,
+        metrics_interval_s=args.metrics_interval,
+    )
     names = RegistryNames(args.prefix)
     client = None
     if not args.open:
@@ -128,17 +141,30 @@ async def main(args: argparse.Namespace) -> None:
         raise SystemExit("no worker answered /v1/models; start the workers first")
     table = trajectory_table(args.history_trace, args.predictor)
     feed = None
-    if args.predictor == "progressive" and args.history_trace is None and client is not None:
+    if args.history_trace is None and client is not None:
+        # Followed even on the prompt-history prior: the dashboard may switch to it live.
         feed = PredictorFeed(client, names, table, interval_s=args.predictor_poll_s)
+        feed.active = args.predictor == "progressive"
+
+    def policy_named(name: str) -> RoutingPolicy:
+        return make_policy(name, batch_limit=args.batch_limit, group_limit=args.group_limit)
+
     app = RouterApp(
         pool,
-        make_policy(args.policy, batch_limit=args.batch_limit, group_limit=args.group_limit),
+        policy_named(args.policy),
         registry=registry,
         table=table,
         models=models,
         admin_token=os.environ.get("LOOM_ROUTER_ADMIN_TOKEN"),
         publish=publisher.publish,
+        name=args.name,
     )
+    live = None
+    if client is not None:
+        live = PolicyFeed(
+            client, names, args.name, app.forwarder, policy_named, predictor=args.predictor,
+            predictors=feed,
+        )  # fmt: skip
     server = Server(app, bind(args.host, args.port))
     await pool.start()
     await publisher.start()
@@ -146,6 +172,8 @@ async def main(args: argparse.Namespace) -> None:
         await registry.start()
     if feed is not None:
         await feed.start()
+    if live is not None:
+        await live.start()
     print(f"router ({args.policy}) serving {', '.join(models)} on {server.url}", flush=True)
 
     async def sweep() -> None:
@@ -158,6 +186,8 @@ async def main(args: argparse.Namespace) -> None:
         await server.serve_forever()
     finally:
         sweeper.cancel()
+        if live is not None:
+            await live.stop()
         if feed is not None:
             await feed.stop()
         await pool.close()

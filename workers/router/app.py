@@ -81,7 +81,9 @@ class RouterApp:
         models: tuple[str, ...] = (),
         admin_token: str | None = None,
         publish: Any = None,
+        name: str = "router",
     ) -> None:
+        self.name = name
         self.pool = pool
         self.policy = policy
         self.registry = registry
@@ -91,6 +93,21 @@ class RouterApp:
         self.created = int(time.time())
         self.forwarder = Forwarder(pool, policy, self.table, publish=publish)
         self.groups = GroupService(self.forwarder, pool, models)
+        if publish is not None:
+            pool.on_metrics = self._publish_workers
+
+    def _publish_workers(self, workers: list[Any]) -> None:
+        """Each worker's health and the engine's own load (running, queued, KV use) on the
+        state stream, after every metrics poll: the control plane keeps the newest per worker."""
+        self.forwarder.publish(
+            {
+                "event": "workers",
+                "router": self.name,
+                "policy": self.forwarder.policy.name,
+                "workers": [worker.describe() for worker in workers],
+                "at": time.time(),
+            }
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

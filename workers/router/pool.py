@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from workers.router.upstream import Upstream, UpstreamLost, UpstreamResponse
+from workers.router.worker_metrics import EngineMetrics, engine_metrics
 
 log = logging.getLogger("loom.router")
 
@@ -53,6 +55,8 @@ class LLMWorker:
     in_flight: dict[str, InFlight] = field(default_factory=dict)
     trajectories: set[str] = field(default_factory=set)
     requests_total: int = 0
+    metrics: EngineMetrics | None = None  # the engine's own load (None: not reported)
+    metrics_at: float | None = None  # wall-clock time of that reading
 
     @property
     def available(self) -> bool:
@@ -71,6 +75,8 @@ class LLMWorker:
             "in_flight": len(self.in_flight),
             "trajectories": len(self.trajectories),
             "requests_total": self.requests_total,
+            "metrics": None if self.metrics is None else self.metrics.as_dict(),
+            "metrics_at": self.metrics_at,
         }
 
 
@@ -82,6 +88,8 @@ class WorkerPool:
         health_interval_s: float = 1.0,
         health_timeout_s: float = 2.0,
         unhealthy_after: int = 2,
+        metrics_interval_s: float = 1.0,
+        on_metrics: Callable[[list[LLMWorker]], None] | None = None,
     ) -> None:
         if not urls:
             raise ValueError("the router needs at least one worker URL")
@@ -93,8 +101,11 @@ class WorkerPool:
         self.health_interval_s = health_interval_s
         self.health_timeout_s = health_timeout_s
         self.unhealthy_after = unhealthy_after
+        self.metrics_interval_s = metrics_interval_s
+        self.on_metrics = on_metrics
         self.requests: dict[str, InFlight] = {}
         self._task: asyncio.Task[None] | None = None
+        self._metrics_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[object]] = set()
 
     def available(self) -> list[LLMWorker]:
@@ -165,14 +176,41 @@ class WorkerPool:
             await asyncio.gather(*(self.check(w) for w in self.workers))
             await asyncio.sleep(self.health_interval_s)
 
+    # ------------------------------------------------------------------ engine metrics
+    async def read_metrics(self, worker: LLMWorker) -> None:
+        """The worker's ``/metrics`` (off the request path); an engine that serves none, or a
+        worker that does not answer, leaves its reading None rather than a stale one."""
+        metrics = None
+        try:
+            response = await asyncio.wait_for(
+                worker.upstream.request("GET", "/metrics"), self.health_timeout_s
+            )
+            text = await asyncio.wait_for(response.read(), self.health_timeout_s)
+            if response.status == 200:
+                metrics = engine_metrics(text.decode("utf-8", "replace"))
+        except (UpstreamLost, OSError, TimeoutError):
+            pass
+        worker.metrics = metrics
+        worker.metrics_at = time.time() if metrics is not None else None
+
+    async def _metrics_loop(self) -> None:
+        while True:
+            await asyncio.gather(*(self.read_metrics(w) for w in self.workers))
+            if self.on_metrics is not None:
+                self.on_metrics(self.workers)
+            await asyncio.sleep(self.metrics_interval_s)
+
     async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._health_loop())
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._health_loop())
+        self._metrics_task = loop.create_task(self._metrics_loop())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for loop_task in (self._task, self._metrics_task):
+            if loop_task is not None:
+                loop_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop_task
         for task in list(self._background):
             task.cancel()
         for worker in self.workers:

@@ -13,22 +13,23 @@ holds the job keys the router trusts, so it crosses no boundary that key data do
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import pickle
 from typing import Any
 
 from workers.algorithms.heddle.prediction import ProgressivePredictor
+from workers.router.polling import VersionPoller
 from workers.router.registry import RegistryNames
 from workers.router.trajectories import TrajectoryTable
 
 log = logging.getLogger("loom.router.predictor")
 
 
-class PredictorFeed:
+class PredictorFeed(VersionPoller):
     """Polls the trained predictor's version every ``interval_s`` and adopts a new one."""
+
+    what = "length predictor"
 
     def __init__(
         self, client: Any, names: RegistryNames, table: TrajectoryTable, interval_s: float = 30.0
@@ -38,25 +39,8 @@ class PredictorFeed:
         self.table = table
         self.interval_s = interval_s
         self.version: str | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        await self.refresh()
-        self._task = asyncio.create_task(self._loop())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.refresh()
-            except Exception:  # Redis away, a bad blob: keep the current predictor
-                log.exception("length predictor refresh failed; keeping the current one")
+        self.model: ProgressivePredictor | None = None  # the newest adopted
+        self.active = True  # False while the operator chose the prompt-history prior
 
     async def refresh(self) -> bool:
         """Adopt the stored predictor if its version is new; whether one was adopted."""
@@ -73,7 +57,9 @@ class PredictorFeed:
         if not isinstance(model, ProgressivePredictor):
             raise TypeError(f"stored length predictor is a {type(model).__name__}")
         model.history = self.table.history
-        self.table.predictor = model
+        self.model = model
+        if self.active:
+            self.table.predictor = model
         self.version = version
         log.info("router adopted length predictor version %s", version)
         return True

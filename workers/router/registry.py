@@ -12,7 +12,11 @@ Keys (``prefix`` as everywhere, default ``loom``):
   key, job or user change (``apps.jobs.key_cache``): the router drops its cached keys on it.
 - ``{prefix}:router:trajectory-state`` — stream the router appends trajectory state to (one
   entry per change, each carrying the whole state, so a consumer needs only the latest entry per
-  trajectory); the control plane's consumer persists it to the ``Trajectory`` rows.
+  trajectory); the control plane's consumer persists it to the ``Trajectory`` rows. After every
+  poll of the workers' metrics the router also appends a ``workers`` entry (each worker's
+  health, in-flight requests and the engine's own running/queued requests and KV use).
+- ``{prefix}:router:policy:{router}`` — the routing policy and predictor an operator chose on
+  the dashboard (JSON with a version), followed by the router (``live_policy``).
 
 Lookups are cached in memory: a trajectory's job never changes (cached for good once found); a
 key's job is cached only while the router is subscribed to ``auth-changed`` and at most
@@ -65,6 +69,15 @@ class RegistryNames:
     def length_predictor(self) -> str:
         """The control plane's newest trained length predictor (a pickle, heddle §4.1)."""
         return f"{self.prefix}:router:length-predictor"
+
+    def router_policy(self, router: str) -> str:
+        """The routing policy and predictor an operator chose for ``router`` (JSON)."""
+        return f"{self.prefix}:router:policy:{router}"
+
+    @property
+    def router_policy_changed(self) -> str:
+        """Announced (the router's name) whenever a router's policy is stored."""
+        return f"{self.prefix}:router:policy-changed"
 
     @property
     def length_predictor_meta(self) -> str:

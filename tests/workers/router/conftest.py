@@ -68,7 +68,12 @@ async def start_stack(
     await registry.register_key(OTHER_KEY, "8")
     publisher = StatePublisher(client, names, interval_s=0.01)
     await publisher.start()
-    pool = WorkerPool([s.url for s in servers], health_interval_s=0.05, health_timeout_s=1.0)
+    pool = WorkerPool(
+        [s.url for s in servers],
+        health_interval_s=0.05,
+        health_timeout_s=1.0,
+        metrics_interval_s=0.05,
+    )
     await pool.start()
     app = RouterApp(
         pool,

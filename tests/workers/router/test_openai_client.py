@@ -83,7 +83,7 @@ async def test_steps_accumulate_and_state_is_published(stack: Stack) -> None:
     entries: Any = await stack.registry.client.xrange(stack.names.trajectory_state)
     states = [json.loads(fields[b"state"]) for _, fields in entries]
     finished = [
-        s for s in states if s["trajectory"] == trajectory and s["event"] == "step_finished"
+        s for s in states if s.get("trajectory") == trajectory and s["event"] == "step_finished"
     ]
     assert [s["steps"] for s in finished] == [1, 2, 3]
     assert finished[-1]["tokens"] == 15 and finished[-1]["job"] == "7"
