@@ -108,7 +108,14 @@ class ActorPool:
         cores_each: int = 1,
         cores: Sequence[int] | None = None,
         seed: int = 0,
+        keep_warm_s: float = 0.0,
     ) -> None:
+        """``keep_warm_s``: after its checkpoint an actor's process stays parked this long
+        (no CPU, its state in memory) and serves the next invocation without a fork; 0
+        ends it at every checkpoint."""
+        if not keep_warm_s >= 0:
+            raise ActorPoolError(f"keep_warm_s: expected seconds >= 0, got {keep_warm_s!r}")
+        self.keep_warm_s = float(keep_warm_s)
         if not actors or len(set(actors)) != len(actors):
             raise ActorPoolError(f"actors: expected distinct names, got {list(actors)!r}")
         if steps < 1:
@@ -185,6 +192,7 @@ class ActorPool:
                 seed=self.seed + list(self.records).index(actor),
                 sink=self.sink,
                 params=self.params,
+                keep_warm_s=self.keep_warm_s,
             )
         self._socket.send(json.dumps(message).encode())
 
