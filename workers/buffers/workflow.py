@@ -287,6 +287,7 @@ class RunningWorkflow:
             sink={"address": self.address, "buffer": buffer},
             params=None if key is None else {"address": self.address, "buffer": buffer, "key": key},
             cores_each=stage.cores_each,
+            keep_warm_s=stage.params.get("keep_warm_s", 0.0),
         )
         self.pool.start()
         address, report_buffer = report_to or (self.address, buffer)
