@@ -35,6 +35,8 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from workers.actors.program import ActorProgram, load_checkpoint, load_program, save_checkpoint
@@ -137,17 +139,26 @@ def _deliver(request: dict[str, Any], batch: dict[str, Any], clients: _Clients) 
         clients.get(sink["address"]).put(sink["buffer"], request["actor"], batch)
 
 
-def run_actor(
-    program: ActorProgram, request: dict[str, Any], control: socket.socket, go_fd: int | None
-) -> int:
-    """The forked actor's whole life; returns its exit code."""
+def _invocation(
+    program: ActorProgram,
+    request: dict[str, Any],
+    control: socket.socket,
+    wait_for_go: Callable[[], float | None] | None,
+    clients: _Clients,
+    state: Any,
+) -> tuple[int, Any]:
+    """One invocation: restore (unless the state is still in memory), report ready, wait for
+    the go of a pre-warmed actor, sample, deliver, checkpoint. Returns the exit code and the
+    actor's state."""
     actor = request["actor"]
-    clients = _Clients()
     try:
         if request.get("cores"):
             os.sched_setaffinity(0, request["cores"])
         started = time.monotonic()
-        state, restored = _restore(program, request)
+        kept_warm = state is not None
+        restored = True
+        if not kept_warm:
+            state, restored = _restore(program, request)
         ready = time.monotonic()
         send(
             control,
@@ -157,17 +168,16 @@ def run_actor(
                 "pid": os.getpid(),
                 "at": ready,
                 "restored": restored,
+                "kept_warm": kept_warm,
                 "restore_s": ready - started,
                 "cores": sorted(os.sched_getaffinity(0)),
             },
         )
-        go_at = ready
-        if go_fd is not None:  # pre-warmed: wait for the go (new parameters published)
-            with os.fdopen(go_fd, "rb") as go:
-                line = go.readline()
-            if not line:
-                return 3  # the zygote went away
-            go_at = float(json.loads(line)["go_at"])
+        go_at: float | None = ready
+        if wait_for_go is not None:  # pre-warmed: wait for the go (new parameters published)
+            go_at = wait_for_go()
+            if go_at is None:
+                return 3, state  # the zygote went away
         version, params = _params(request, clients)
         state, batch = program.sample(state, params, int(request["steps"]))
         _deliver(request, batch, clients)
@@ -187,7 +197,7 @@ def run_actor(
             control,
             {"event": "checkpointed", "actor": actor, "bytes": size, "at": time.monotonic()},
         )
-        return 0
+        return 0, state
     except Exception as error:
         send(
             control,
@@ -199,9 +209,61 @@ def run_actor(
                 "at": time.monotonic(),
             },
         )
-        return 1
+        return 1, state
+
+
+def _go_line(line: bytes) -> float | None:
+    return float(json.loads(line)["go_at"]) if line else None
+
+
+def run_actor(
+    program: ActorProgram,
+    request: dict[str, Any],
+    control: socket.socket,
+    go_fd: int | None,
+    link: socket.socket | None = None,
+) -> int:
+    """The forked actor's whole life; returns its exit code.
+
+    Without a ``link`` it serves one invocation. With one (``keep_warm_s``), after each
+    checkpoint it tells the zygote it is parked and waits on the link for its next request
+    (its state still in memory, its buffer connection still open), until the zygote closes
+    the link."""
+    clients = _Clients()
+    wait_for_go: Callable[[], float | None] | None = None
+    if go_fd is not None:
+
+        def wait_for_go() -> float | None:
+            with os.fdopen(go_fd, "rb") as go:
+                return _go_line(go.readline())
+
+    try:
+        code, state = _invocation(program, request, control, wait_for_go, clients, None)
+        if link is None:
+            return code
+        requests = link.makefile("rb")
+        while code == 0:
+            link.sendall(b"parked\n")
+            line = requests.readline()
+            if not line:
+                return 0  # retired: its checkpoint is what remains
+            request = json.loads(line)
+            waits = bool(request.pop("wait_for_go", False))
+            wait_for_go = (lambda: _go_line(requests.readline())) if waits else None
+            code, state = _invocation(program, request, control, wait_for_go, clients, state)
+        return code
     finally:
         clients.close()
+
+
+@dataclass
+class _Warm:
+    """A keep-warm actor process: its link, and since when it is parked (None: running)."""
+
+    pid: int
+    link: socket.socket
+    keep_warm_s: float
+    parked_at: float | None = None
 
 
 class Zygote:
@@ -211,10 +273,20 @@ class Zygote:
         self.program, self.control = program, control
         self.children: dict[int, str] = {}  # pid -> actor
         self.go_pipes: dict[str, int] = {}  # actor -> write end of its go pipe
+        self.warm: dict[str, _Warm] = {}  # actor -> its keep-warm process
+        self.quiet: set[int] = set()  # ended keep-warm processes whose exit was reported
+
+    def _running(self, actor: str) -> bool:
+        warm = self.warm.get(actor)
+        return any(
+            name == actor and pid not in self.quiet and not (warm and warm.pid == pid)
+            for pid, name in self.children.items()
+        ) or bool(warm and warm.parked_at is None)
 
     def fork_actor(self, request: dict[str, Any], wait_for_go: bool) -> None:
         actor = request["actor"]
-        if actor in self.children.values():
+        warm = self.warm.get(actor)
+        if self._running(actor):
             send(
                 self.control,
                 {
@@ -225,6 +297,22 @@ class Zygote:
                 },
             )
             return
+        if warm is not None:  # parked: the next request goes down its link, no fork
+            warm.parked_at = None
+            warm.link.sendall(json.dumps({**request, "wait_for_go": wait_for_go}).encode() + b"\n")
+            send(
+                self.control,
+                {
+                    "event": "forked",
+                    "actor": actor,
+                    "pid": warm.pid,
+                    "kept_warm": True,
+                    "at": time.monotonic(),
+                },
+            )
+            return
+        keep_warm_s = float(request.get("keep_warm_s") or 0.0)
+        links = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) if keep_warm_s else None
         read_end = None
         if wait_for_go:
             read_end, write_end = os.pipe()
@@ -235,17 +323,30 @@ class Zygote:
             try:
                 for fd in self.go_pipes.values():  # write ends: the zygote's alone
                     os.close(fd)
+                for other in self.warm.values():  # so a retired actor sees its link close
+                    other.link.close()
+                if links is not None:
+                    links[0].close()
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                code = run_actor(self.program, request, self.control, read_end)
+                link = None if links is None else links[1]
+                code = run_actor(self.program, request, self.control, read_end, link)
             finally:
                 os._exit(code)
         if read_end is not None:
             os.close(read_end)
+        if links is not None:
+            links[1].close()
+            self.warm[actor] = _Warm(pid, links[0], keep_warm_s)
         self.children[pid] = actor
         send(self.control, {"event": "forked", "actor": actor, "pid": pid, "at": time.monotonic()})
 
     def go(self, actor: str, go_at: float) -> None:
+        line = json.dumps({"go_at": go_at}).encode() + b"\n"
         fd = self.go_pipes.pop(actor, None)
+        warm = self.warm.get(actor)
+        if fd is None and warm is not None and warm.parked_at is None:
+            warm.link.sendall(line)  # a kept-warm actor waits for its go on its link
+            return
         if fd is None:
             send(
                 self.control,
@@ -258,7 +359,7 @@ class Zygote:
             )
             return
         try:
-            os.write(fd, json.dumps({"go_at": go_at}).encode() + b"\n")
+            os.write(fd, line)
         finally:
             os.close(fd)
 
@@ -266,6 +367,43 @@ class Zygote:
         for pid, name in self.children.items():
             if name == actor:
                 os.kill(pid, signal.SIGKILL)
+
+    def _retire(self, actor: str) -> None:
+        """Close a keep-warm actor's link: parked, it exits (its exit already reported)."""
+        warm = self.warm.pop(actor)
+        if warm.parked_at is not None:
+            self.quiet.add(warm.pid)
+        warm.link.close()
+
+    def read_links(self, readable: list[Any], now: float) -> None:
+        """A keep-warm actor that parked has ended its invocation: reported as exited (code 0)
+        here, since its process lives on; a link that closed is a process that died."""
+        for actor, warm in list(self.warm.items()):
+            if warm.link not in readable:
+                continue
+            data = warm.link.recv(MAX_PACKET)
+            if not data:
+                self.warm.pop(actor)
+                warm.link.close()
+                continue
+            warm.parked_at = now
+            self.quiet.discard(warm.pid)
+            send(
+                self.control,
+                {
+                    "event": "exited",
+                    "actor": actor,
+                    "pid": warm.pid,
+                    "code": 0,
+                    "kept_warm": True,
+                    "at": time.monotonic(),
+                },
+            )
+
+    def retire_idle(self, now: float) -> None:
+        for actor, warm in list(self.warm.items()):
+            if warm.parked_at is not None and now - warm.parked_at >= warm.keep_warm_s:
+                self._retire(actor)
 
     def reap(self) -> None:
         while self.children:
@@ -277,6 +415,16 @@ class Zygote:
                 return
             actor = self.children.pop(pid, None)
             if actor is None:
+                continue
+            warm = self.warm.get(actor)
+            if warm is not None and warm.pid == pid:
+                parked = warm.parked_at is not None
+                self.warm.pop(actor)
+                warm.link.close()
+                if parked:  # killed while parked: its invocation's exit was reported
+                    continue
+            if pid in self.quiet:
+                self.quiet.discard(pid)
                 continue
             fd = self.go_pipes.pop(actor, None)
             if fd is not None:
@@ -294,9 +442,13 @@ class Zygote:
 
     def serve(self) -> None:
         while True:
-            readable, _, _ = select.select([self.control], [], [], 0.005)
+            links = [warm.link for warm in self.warm.values()]
+            readable, _, _ = select.select([self.control, *links], [], [], 0.005)
+            now = time.monotonic()
+            self.read_links(readable, now)  # before any request: a parked actor is reused
+            self.retire_idle(now)
             self.reap()
-            if not readable:
+            if self.control not in readable:
                 continue
             packet = self.control.recv(MAX_PACKET)
             if not packet:
@@ -311,6 +463,8 @@ class Zygote:
                 self.go(request["actor"], float(request["go_at"]))
             elif op == "kill":
                 self.kill(request["actor"])
+        for actor in list(self.warm):
+            self._retire(actor)
         for pid in list(self.children):
             os.kill(pid, signal.SIGKILL)
         while self.children:
