@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.workers.actors.programs import SCHEMA_FIELDS
 from workers.actors.pool import (
     ActorPool,
     ActorPoolError,
@@ -19,24 +18,12 @@ from workers.actors.pool import (
 from workers.actors.prewarm import Prewarmer, actor_start_overhead
 from workers.algorithms.artos import DataKeyTrigger, WorkloadMonitor
 from workers.buffers.passers import DirectPasser
-from workers.buffers.schema import Schema
-from workers.buffers.service import BufferClient, BufferServer
+from workers.buffers.service import BufferClient
 from workers.buffers.store import ExperienceBuffer
 
 pytestmark = pytest.mark.processes
 
 PROGRAM = "tests.workers.actors.programs:program"
-
-
-@pytest.fixture
-def served(tmp_path, monkeypatch):
-    buffer = ExperienceBuffer(
-        "rollout", Schema(SCHEMA_FIELDS), capacity=256, eviction="keep_unsampled"
-    )
-    with BufferServer([buffer]) as server:
-        monkeypatch.setenv("LOOM_TEST_DIR", str(tmp_path))
-        monkeypatch.setenv("LOOM_TEST_BUFFER", server.address)
-        yield buffer, server.address
 
 
 def make_pool(tmp_path: Path, address: str, actors=("a0", "a1")) -> ActorPool:
