@@ -39,6 +39,7 @@ import math
 from bisect import bisect_right, insort
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, repeat
+from operator import itemgetter
 
 # (units of the key resource, seconds) for one estimated action
 Demand = tuple[int, float]
@@ -144,7 +145,7 @@ def estimate_remaining(
     if single is None:
         single = all(units <= 1 for units, _ in rest)
     reach = max(units for units, _, _ in first_options)
-    reach += len(rest) if single else sum(units for units, _ in rest)
+    reach += len(rest) if single else sum(map(itemgetter(0), rest))
     starts = sorted(profile)[:reach]
     if len(first_options) == 1 and limit == math.inf:
         units, seconds, extra = first_options[0]

@@ -55,13 +55,15 @@ class CostShape:
     options: tuple[int, ...]
     inverse_speedup: NDArray[np.float64]
     mask: NDArray[np.float64]
+    elasticity: Elasticity
+    all_options: tuple[int, ...]  # the action's options under the policy, ``options`` a prefix
 
     def wasted_work(self) -> NDArray[np.float64]:
         """``k·T(k) − m·T(m)`` per unit of ``T1`` at the least option ``m`` (0 off the options):
-        only a priced pass needs it."""
-        inverse, least = self.inverse_speedup, self.options[0]
-        work = np.arange(inverse.shape[0]) * inverse - least * inverse[least]
-        return np.where(np.isfinite(self.mask), np.maximum(work, 0.0), 0.0)
+        only a priced pass needs it. A prefix of the row over all the action's options, which
+        is worked out once (an action deferred in one pass is a candidate again in the next,
+        with another width); read-only."""
+        return _wasted_work(self.elasticity, self.all_options)[: self.inverse_speedup.shape[0]]
 
 
 class UnitSizing:
@@ -117,7 +119,7 @@ class UnitSizing:
         if mask is None:
             mask = self._masks[(fitting, size)] = np.full(size, np.inf)
             mask[list(fitting)] = 0.0
-        return CostShape(fitting, inverse, mask)
+        return CostShape(fitting, inverse, mask, elasticity, options)
 
     def is_elastic(self, spec: ActionSpec) -> bool:
         return spec.scalable and len(self.options(spec)) > 1
@@ -267,6 +269,19 @@ def _exploration_ladder(options: tuple[int, ...], depth: int) -> tuple[int, ...]
             rung = 2 * units
     chosen.add(options[-1])
     return tuple(sorted(chosen))
+
+
+@lru_cache(maxsize=8192)
+def _wasted_work(elasticity: Elasticity, options: tuple[int, ...]) -> NDArray[np.float64]:
+    """``CostShape.wasted_work`` over every one of ``options`` (up to the largest): each entry
+    depends on its own index and the least option only, so a narrower row is a prefix."""
+    inverse, least = _inverse_speedup(elasticity, options[-1] + 1), options[0]
+    work = np.arange(inverse.shape[0]) * inverse - least * inverse[least]
+    feasible = np.zeros(inverse.shape[0], dtype=bool)
+    feasible[list(options)] = True
+    wasted = np.where(feasible, np.maximum(work, 0.0), 0.0)
+    wasted.setflags(write=False)
+    return wasted
 
 
 @lru_cache(maxsize=8192)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import random
@@ -112,3 +113,12 @@ def test_the_pruned_estimate_equals_trying_every_option_in_full(seed: int) -> No
     # a caller that only asks "below this limit?" gets the estimate below it, inf above it
     assert estimate_remaining(profile, first, rest, limit=exact + 1.0) == pytest.approx(exact)
     assert estimate_remaining(profile, first, rest, limit=exact - 1e-6) == math.inf
+
+
+def test_an_elasticity_hashes_and_compares_by_its_table() -> None:
+    first, again = Elasticity.amdahl(0.9, 32), Elasticity.amdahl(0.9, 32)
+    other = Elasticity.amdahl(0.8, 32)
+    assert first == again and hash(first) == hash(again)
+    assert first != other
+    assert len({first, again, other}) == 2
+    assert dataclasses.replace(first, efficiency=other.efficiency) == other

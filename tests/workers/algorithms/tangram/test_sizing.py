@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from workers.algorithms.tangram import CpuNodeSpec, CpuTopology, ElasticScheduler
@@ -66,3 +67,17 @@ def test_a_non_elastic_remaining_action_keeps_its_minimum() -> None:
     env = Waiting(spec, 0.0)
     assert sizing.efficient_demand(env, 0.0) == (2, pytest.approx(3.0))
     assert sizing.efficient_demand(env, 5.0) == (2, pytest.approx(3.0))
+
+
+@pytest.mark.parametrize("width", [1, 3, 8, 17, 32, 64])
+def test_the_cached_wasted_work_row_is_the_direct_formula_at_every_width(width: int) -> None:
+    spec = _reward("r", parallel=0.9)
+    assert spec.elasticity is not None
+    shape = _scheduler()._sizing.cost_shape(spec, width)
+    inverse, least = shape.inverse_speedup, shape.options[0]
+    work = np.arange(inverse.shape[0]) * inverse - least * inverse[least]
+    direct = np.where(np.isfinite(shape.mask), np.maximum(work, 0.0), 0.0)
+    wasted = shape.wasted_work()
+    assert wasted.shape == direct.shape
+    assert np.array_equal(wasted, direct)  # bit for bit: the decisions must not move
+    assert not wasted.flags.writeable
