@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from apps.dashboard import apis, apis_planes, views
+from apps.dashboard import apis, apis_planes, apis_rollouts, views
 
 app_name = "dashboard"
 
@@ -26,6 +26,12 @@ api = [
     path("buffers", apis_planes.BuffersApi.as_view(), name="api-buffers"),
     path("buffers/<int:buffer_id>", apis_planes.BufferApi.as_view(), name="api-buffer"),
     path("rollouts", apis_planes.RolloutsApi.as_view(), name="api-rollouts"),
+    path("rollouts/routers", apis_rollouts.RouterPoliciesApi.as_view(), name="api-routers"),
+    path(
+        "rollouts/routers/<slug:router>/policy",
+        apis_rollouts.RouterPolicyApi.as_view(),
+        name="api-router-policy",
+    ),
 ]
 
 pages = [
