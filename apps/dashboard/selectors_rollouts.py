@@ -6,14 +6,16 @@ The ``Trajectory`` rows are the system of record: the router's state stream is p
 (``apps.trajectories.router_state``) — status, steps, tokens, predicted remaining tokens, worker
 and timings. Priority, migrations and the candidates of router-side DARTS group rollouts are only
 in the stream: where Redis is configured they are read from its newest entries
-(``router_stream``); elsewhere they are null. KV-cache use and each worker's own queue are not
-reported by the router to the control plane at all: ``missing`` names them.
+(``router_stream``); elsewhere they are null. Each worker's own load — the engine's running and
+queued requests and KV-cache use, read by the router from the engine's metrics — comes from the
+newest ``LLMWorkerReport`` rows (``apps.trajectories.router_control``); a worker with no report
+in the last ``REPORT_FRESH_S`` shows null there, and ``missing`` says so when none has one.
 """
 
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Count, F, Q, QuerySet, Sum
@@ -22,7 +24,15 @@ from django.utils import timezone
 from apps.dashboard.router_stream import router_groups, router_stream_read
 from apps.jobs.models import Job
 from apps.metrics.stats import histogram
-from apps.trajectories.models import TERMINAL_TRAJECTORY_STATUSES, Trajectory, TrajectoryStatus
+from apps.trajectories.models import (
+    TERMINAL_TRAJECTORY_STATUSES,
+    LLMWorkerReport,
+    RouterPolicy,
+    RouterPolicyName,
+    RouterPredictorName,
+    Trajectory,
+    TrajectoryStatus,
+)
 
 TRAJECTORY_LIMIT = 200
 GROUP_LIMIT = 50
@@ -31,11 +41,22 @@ GROUP_WINDOW = 2000  # newest grouped trajectories the groups shown are drawn fr
 ACTIVE = "active"
 STATUS_FILTERS = frozenset({ACTIVE, *TrajectoryStatus.values})
 
-MISSING = [
-    "KV-cache use and each LLM worker's own request queue: the router does not report worker "
-    "metrics to the control plane (the workers' load shown is counted from the trajectories "
-    "placed on each)",
-]
+REPORT_FRESH_S = 30.0  # a worker report older than this is not shown as current
+NOT_REPORTED = (
+    "KV-cache use and each LLM worker's own request queue: no router reported its workers in "
+    "the last 30 s (the workers' load shown is counted from the trajectories placed on each)"
+)
+_REPORT_FIELDS = (
+    "router",
+    "healthy",
+    "draining",
+    "in_flight",
+    "running_requests",
+    "queued_requests",
+    "kv_usage",
+    "kv_used_tokens",
+    "generation_tokens_per_s",
+)
 
 ACTIVE_STATUSES = tuple(s for s in TrajectoryStatus.values if s not in TERMINAL_TRAJECTORY_STATUSES)
 ENDED_STATUSES = tuple(sorted(TERMINAL_TRAJECTORY_STATUSES))
@@ -186,6 +207,7 @@ def rollouts(
     predicted = _active(scope).filter(predicted_remaining_tokens__isnull=False)
     remaining = predicted.values_list("predicted_remaining_tokens", flat=True)[:HISTOGRAM_SAMPLE]
     counts = {**summary["counts"], **ended_counts(scope, job.pk if job else None)}
+    reported = with_worker_reports(summary["workers"], now)
     return {
         "t": now.timestamp(),
         "job": job.pk if job else None,
@@ -198,5 +220,67 @@ def rollouts(
         "groups": group_rows(scope),
         "router_groups": router_groups(stream) if stream is not None else None,
         "remaining_histogram": histogram([float(t) for t in remaining if t is not None]),
-        "missing": MISSING,
+        "routers": router_policies(),
+        "missing": [] if reported else [NOT_REPORTED],
+    }
+
+
+def with_worker_reports(workers: list[dict[str, Any]], now: datetime) -> bool:
+    """Add each worker's newest fresh report (router, health, engine load) to its row, in
+    place; a reported worker holding no trajectory gets a row of its own. One query. Whether
+    any worker was reported."""
+    fresh = LLMWorkerReport.objects.filter(
+        reported_at__gte=now - timedelta(seconds=REPORT_FRESH_S)
+    ).order_by("reported_at")
+    by_name = {worker["name"]: worker for worker in workers}
+    reports = {report.name: report for report in fresh}  # the newest wins a shared name
+    for worker in workers:
+        worker.update(dict.fromkeys(_REPORT_FIELDS), reported_at=None)
+    for name, report in sorted(reports.items()):
+        row = by_name.get(name)
+        if row is None:
+            row = {
+                "name": name,
+                "trajectories": 0,
+                **dict.fromkeys(ACTIVE_STATUSES, 0),
+                "tokens": 0,
+                "predicted_remaining_tokens": 0,
+            }
+            workers.append(row)
+        row.update({field: getattr(report, field) for field in _REPORT_FIELDS})
+        row["reported_at"] = report.reported_at.timestamp()
+    return bool(reports)
+
+
+def router_policy_row(row: RouterPolicy) -> dict[str, Any]:
+    return {
+        "router": row.router,
+        "policy": row.policy,
+        "predictor": row.predictor,
+        "version": row.version,
+        "changed_by": row.changed_by.get_username() if row.changed_by else None,
+        "changed_at": row.changed_at.timestamp(),
+    }
+
+
+def _choices(choices: list[tuple[str, str]]) -> list[dict[str, str]]:
+    return [{"value": value, "label": str(label)} for value, label in choices]
+
+
+def router_policies() -> dict[str, Any]:
+    """Every router's stored policy (who changed it, when) and the choices. Two queries."""
+    rows = RouterPolicy.objects.select_related("changed_by").order_by("router")
+    reported = sorted(
+        set(LLMWorkerReport.objects.values_list("router", flat=True).distinct())
+        - {row.router for row in rows}
+    )
+    return {
+        "policies": [router_policy_row(row) for row in rows],
+        "unset": reported,  # routers that report workers but were never given a policy here
+        "policy_choices": [
+            {"value": v, "label": str(label)} for v, label in RouterPolicyName.choices
+        ],
+        "predictor_choices": [
+            {"value": v, "label": str(label)} for v, label in RouterPredictorName.choices
+        ],
     }

@@ -23,6 +23,7 @@ from typing import Any
 import redis
 
 from apps.trajectories.models import Trajectory, TrajectoryStatus
+from apps.trajectories.router_control import llm_worker_reports_apply
 from apps.trajectories.services import (
     UPDATABLE_FIELDS,
     TrajectoryUpdateError,
@@ -40,6 +41,7 @@ CLAIM_IDLE_MS = 30_000
 STATE_FIELDS = tuple(field for field in UPDATABLE_FIELDS if field != "reward")
 MAX_STEP_RECORDS = 10_000  # steps of one trajectory kept for the predictor's training
 EXPIRED = "expired"  # the router forgot an idle trajectory: its status stays as it was
+WORKERS = "workers"  # a router's report of its LLM workers, not a trajectory's state
 _STATUSES = frozenset(TrajectoryStatus.values)
 
 
@@ -95,14 +97,23 @@ def _step_records(value: Any) -> list[list[float]]:
 
 
 def router_states_apply(states: Iterable[Mapping[str, Any]]) -> Drained:
-    """Apply the latest state of each trajectory among ``states`` (in stream order)."""
+    """Apply the latest state of each trajectory among ``states`` (in stream order); the
+    routers' ``workers`` entries go to their workers' reports (``router_control``)."""
     latest: dict[int, Mapping[str, Any]] = {}
     outcome = Drained()
+    reports: list[Mapping[str, Any]] = []
     for state in states:
+        if isinstance(state, Mapping) and state.get("event") == WORKERS:
+            reports.append(state)
+            continue
         try:
             latest[int(state["trajectory"])] = state
         except (KeyError, TypeError, ValueError):
             outcome.skipped += 1
+    if reports:
+        stored, malformed = llm_worker_reports_apply(reports)
+        outcome.applied += stored
+        outcome.skipped += malformed
     jobs = dict(Trajectory.objects.filter(pk__in=list(latest)).values_list("pk", "job_id"))
     for trajectory_id, state in latest.items():
         if jobs.get(trajectory_id) is None or str(jobs[trajectory_id]) != str(state.get("job")):

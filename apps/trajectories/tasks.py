@@ -8,6 +8,7 @@ from celery import shared_task
 
 from apps.jobs.router_keys import router_keys_sync
 from apps.trajectories.length_predictor import train_length_predictor
+from apps.trajectories.router_control import router_policies_sync
 from apps.trajectories.router_registry import router_trajectories_sync
 from apps.trajectories.router_state import router_state_drain
 
@@ -19,10 +20,10 @@ def trajectories_router_state() -> int:
 
 
 @shared_task(name="trajectories.router_sync", ignore_result=True)
-def trajectories_router_sync() -> tuple[int, int]:
-    """Rebuild the router's registries (job keys, live trajectories) from the database: repairs
-    a Redis write that failed, a restarted Redis, rows deleted since."""
-    return router_keys_sync(), router_trajectories_sync()
+def trajectories_router_sync() -> tuple[int, int, int]:
+    """Rebuild the router's registries (job keys, live trajectories, the routers' policies) from
+    the database: repairs a Redis write that failed, a restarted Redis, rows deleted since."""
+    return router_keys_sync(), router_trajectories_sync(), router_policies_sync()
 
 
 @shared_task(name="trajectories.train_length_predictor", ignore_result=True)

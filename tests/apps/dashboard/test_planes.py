@@ -218,10 +218,11 @@ def test_rollouts_show_workers_trajectories_and_groups(operator_client: Any, job
         made[name].pk for name in ("long", "other", "short", "waiting")
     ]  # the long tail first; ended ones left out
     workers = {w["name"]: w for w in body["workers"]}
-    assert workers["w0"] == {
+    assert workers["w0"].items() >= {
         "name": "w0", "trajectories": 2, "generating": 1, "tool_call": 1, "pending": 0,
         "tokens": 150, "predicted_remaining_tokens": 1000,
-    }  # fmt: skip
+    }.items()  # fmt: skip
+    assert workers["w0"]["kv_usage"] is None  # no router reported its workers
     assert workers["w1"]["trajectories"] == 1  # its finished and aborted ones no longer load it
     assert body["unplaced"] == 1
     assert body["counts"]["aborted"] == 1 and body["counts"]["generating"] == 2
