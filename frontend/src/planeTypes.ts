@@ -137,6 +137,31 @@ export interface LlmWorkerRow {
   pending: number;
   tokens: number;
   predicted_remaining_tokens: number;
+  // The worker's newest report through its router (null: none in the last 30 s, or the engine
+  // does not report that figure).
+  router?: string | null;
+  healthy?: boolean | null;
+  running_requests?: number | null;
+  queued_requests?: number | null;
+  kv_usage?: number | null;
+  kv_used_tokens?: number | null;
+  reported_at?: number | null;
+}
+
+export interface RouterPolicyRow {
+  router: string;
+  policy: string;
+  predictor: string;
+  version: number;
+  changed_by: string | null;
+  changed_at: number;
+}
+
+export interface RouterPolicies {
+  policies: RouterPolicyRow[];
+  unset: string[];
+  policy_choices: { value: string; label: string }[];
+  predictor_choices: { value: string; label: string }[];
 }
 
 export interface TrajectoryRow {
@@ -193,6 +218,7 @@ export interface RolloutsResponse {
   groups: GroupRow[];
   remaining_histogram: Bucket[];
   router_groups: RouterGroupRow[] | null;
+  routers?: RouterPolicies;
   missing: string[];
 }
 
