@@ -28,6 +28,18 @@ export function workersTable(): DataTable<LlmWorkerRow> & { update(rows: LlmWork
       { header: "Waiting", cell: (w) => fmtCount(w.pending), className: "num" },
       { header: "Tokens so far", cell: (w) => fmtCount(w.tokens), className: "num" },
       { header: "Predicted remaining", cell: (w) => fmtCount(w.predicted_remaining_tokens), className: "num" },
+      { header: "Running (engine)", cell: (w) => reportedCount(w, w.running_requests), className: "num" },
+      { header: "Queued (engine)", cell: (w) => h("span", { "data-worker-queued": w.name }, reportedCount(w, w.queued_requests)), className: "num" },
+      {
+        header: "KV use",
+        cell: (w) =>
+          h(
+            "span",
+            { "data-worker-kv": w.name, title: w.kv_used_tokens == null ? "" : `${fmtCount(w.kv_used_tokens)} tokens` },
+            w.kv_usage == null ? notReported(w) : fmtPercent(w.kv_usage),
+          ),
+        className: "num",
+      },
       {
         header: "Load share",
         cell: (w) => {
@@ -49,6 +61,14 @@ export function workersTable(): DataTable<LlmWorkerRow> & { update(rows: LlmWork
       table.render(rows);
     },
   });
+}
+
+function notReported(w: LlmWorkerRow): string {
+  return w.reported_at == null ? "not reported" : "–";
+}
+
+function reportedCount(w: LlmWorkerRow, value: number | null | undefined): string {
+  return value == null ? notReported(w) : fmtCount(value);
 }
 
 export function trajectoriesTable(reported: () => boolean): DataTable<TrajectoryRow> {

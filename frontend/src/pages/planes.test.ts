@@ -116,4 +116,36 @@ describe("Rollouts page", () => {
     const bars = page.element.querySelectorAll<HTMLElement>("[data-remaining-histogram] .bar span");
     expect([...bars].map((bar) => bar.style.height)).toEqual(["100%", "50%"]);
   });
+
+  it("shows each worker's reported KV use and queue, and sets a router's policy", async () => {
+    const data = rollouts();
+    data.workers.push({
+      name: "w1", trajectories: 0, generating: 0, tool_call: 0, pending: 0, tokens: 0, predicted_remaining_tokens: 0,
+      router: "r1", running_requests: 2, queued_requests: 7, kv_usage: 0.5, kv_used_tokens: 800, reported_at: 1,
+    });
+    data.routers = {
+      policies: [{ router: "r1", policy: "heddle", predictor: "prompt_history", version: 3, changed_by: "ops", changed_at: 1 }],
+      unset: ["r2"],
+      policy_choices: [{ value: "heddle", label: "Heddle" }, { value: "round_robin", label: "round-robin" }],
+      predictor_choices: [{ value: "prompt_history", label: "prompt history" }],
+    };
+    answer(data);
+    const page = rolloutsPage(context("/rollouts", "", new FakeLive()));
+    await settle();
+    expect(page.element.querySelector('[data-worker-kv="w1"]')!.textContent).toBe("50%");
+    expect(page.element.querySelector('[data-worker-queued="w1"]')!.textContent).toBe("7");
+    expect(page.element.querySelector('[data-worker-kv="w0"]')!.textContent).toBe("not reported");
+    expect(page.element.querySelector('[data-router="r1"]')!.textContent).toContain("changed by ops");
+    expect(page.element.querySelector('[data-router="r2"]')).not.toBeNull();
+    answer({ router: "r1", policy: "round_robin", predictor: "prompt_history", version: 4, changed_by: "ops", changed_at: 2 }, 201);
+    const form = page.element.querySelector<HTMLFormElement>("[data-router-policy-form]")!;
+    form.querySelector<HTMLInputElement>('[name="router"]')!.value = "r1";
+    form.querySelector<HTMLSelectElement>('[name="policy"]')!.value = "round_robin";
+    form.dispatchEvent(new Event("submit", { cancelable: true }));
+    await settle();
+    const sent = vi.mocked(fetch).mock.calls[0];
+    expect(String(sent[0])).toContain("/rollouts/routers/r1/policy");
+    expect(JSON.parse(String(sent[1]!.body))).toEqual({ policy: "round_robin", predictor: "prompt_history" });
+    expect(page.element.querySelector("[data-router-policy-status]")!.textContent).toContain("round_robin (v4)");
+  });
 });

@@ -6,6 +6,7 @@ import { apiGet } from "../api";
 import { missingNotice } from "../components/gpuMap";
 import { histogramBars } from "../components/histogram";
 import { groupsTable, routerGroupsTable, trajectoriesTable, workersTable } from "../components/rolloutsView";
+import { routerPolicyPanel } from "../components/routerPolicy";
 import { LiveChart, PALETTE } from "../charts";
 import type { Page, PageContext } from "../context";
 import { h, replace } from "../dom";
@@ -22,6 +23,7 @@ export function rolloutsPage(ctx: PageContext): Page {
   let status = ctx.route.query.get("status") || "active";
   let reported = false;
   const workers = workersTable();
+  const routers = routerPolicyPanel();
   const trajectories = trajectoriesTable(() => reported);
   const groups = groupsTable();
   const routerGroups = routerGroupsTable();
@@ -62,6 +64,8 @@ export function rolloutsPage(ctx: PageContext): Page {
     ),
     h("h2", {}, "LLM workers"),
     workers.element,
+    h("h2", {}, "Routers"),
+    routers.element,
     h("h2", {}, "Trajectories"),
     filters,
     notice,
@@ -89,6 +93,7 @@ export function rolloutsPage(ctx: PageContext): Page {
       h("div", { class: "stat" }, h("div", { class: "stat-label" }, "unplaced"), h("div", { class: "stat-value", "data-count": "unplaced" }, fmtCount(data.unplaced))),
     );
     workers.update(data.workers);
+    routers.render(data.routers);
     trajectories.render(data.trajectories);
     groups.render(data.groups);
     routerGroups.render(data.router_groups ?? []);
