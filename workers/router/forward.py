@@ -164,9 +164,8 @@ class Forwarder:
             first = step.first_at or now
             self.table.step_finished(
                 state, tokens=step.tokens, queueing_s=first - arrived, generation_s=now - first,
-                now=now,
+                now=now, then=lambda: self.publish(state.snapshot("step_finished")),
             )  # fmt: skip
-            self.publish(state.snapshot("step_finished"))
 
     def _moved_to(self, state: TrajectoryState, worker: LLMWorker) -> None:
         if state.worker != worker.name:

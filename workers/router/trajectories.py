@@ -14,8 +14,10 @@ context (progressive prediction, heddle §4.1) by the one predictor implementati
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +111,9 @@ class TrajectoryTable:
         self.history = PromptHistoryPredictor()
         self.predictor: LengthPredictor = predictor or self.history
         self.active: dict[str, TrajectoryState] = {}
+        self._pending: list[tuple[TrajectoryState, Callable[[], None] | None]] = []
+        self.batches = 0  # prediction batches made, and the steps they held
+        self.batched = 0
         self._group_finished: dict[str, list[int]] = defaultdict(list)
 
     def __len__(self) -> int:
@@ -172,8 +177,14 @@ class TrajectoryTable:
         queueing_s: float,
         generation_s: float,
         now: float,
+        then: Callable[[], None] | None = None,
     ) -> None:
-        """One step's response ended: progress, timings, and a fresh prediction (heddle §4.1)."""
+        """One step's response ended: progress, timings, and a fresh prediction (heddle §4.1).
+
+        The prediction is made in a batch at the end of this loop tick, with every other step
+        that ended in the same tick (one ``predict_many``; a per-call model costs milliseconds,
+        a batch of many about as much as one): ``then`` runs once it is in. Outside a running
+        loop it is made at once."""
         state.steps += 1
         state.tokens += tokens
         state.step_tokens.append(tokens)
@@ -183,7 +194,26 @@ class TrajectoryTable:
         state.last_step_end = now
         if state.status not in TERMINAL:
             state.status = TOOL_CALL if not state.in_flight else GENERATING
-        state.predicted_remaining = self.predict(state)
+        self._pending.append((state, then))
+        if len(self._pending) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self.predict_pending)
+            except RuntimeError:  # no loop (a synchronous caller): now
+                self.predict_pending()
+
+    def predict_pending(self) -> int:
+        """Predict every step that ended since the last batch, in one call; how many."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return 0
+        values = self.predictor.predict_many([self.context(state) for state, _ in pending])
+        self.batches += 1
+        self.batched += len(pending)
+        for (state, then), value in zip(pending, values, strict=True):
+            state.predicted_remaining = float(value)
+            if then is not None:
+                then()
+        return len(pending)
 
     def idle(self, now: float, idle_s: float) -> list[TrajectoryState]:
         """Trajectories with nothing in flight whose last step ended ``idle_s`` ago or more (a
