@@ -44,11 +44,11 @@ async def test_steps_ending_in_one_tick_share_one_prediction_and_publish_after_i
 
 def test_a_batch_costs_far_less_than_its_calls_one_by_one() -> None:
     table = trained_table()
-    contexts = [
-        table.context(table.open(f"t{i}", job_id="1", prompt_id="p0", group_id="",
-                                 prompt_tokens=50))  # fmt: skip
+    opened = [
+        table.open(f"t{i}", job_id="1", prompt_id="p0", group_id="", prompt_tokens=50)
         for i in range(64)
     ]
+    contexts = [table.context(state) for state in opened]
     predictor = table.predictor
     predictor.predict_many(contexts[:1])  # warm
     started = time.perf_counter()
