@@ -123,6 +123,7 @@ def measure(
     times_ms: list[float] = []
     cpu_ms: list[float] = []
     scheduled = 0
+    trials: list[int] = []  # the greedy eviction's objective evaluations in each timed step
     while len(times_ms) < passes:
         now += 0.01
         while scheduler.waiting_count < queue:
@@ -131,6 +132,7 @@ def measure(
         if running:
             finished = running.pop(rng.randrange(len(running)))
             scheduler.complete(finished, now)
+        trials_before = scheduler.eviction_trials
         begin, begin_cpu = time.perf_counter(), time.thread_time()
         out = scheduler.schedule(now)
         while scheduler.next_wakeup(now) == now:  # a capped pass's follow-ups, as the service
@@ -139,6 +141,7 @@ def measure(
         cpu_ms.append((time.thread_time() - begin_cpu) * 1e3)
         running.extend(a.action_id for a in out)
         scheduled += len(out)
+        trials.append(scheduler.eviction_trials - trials_before)
     ordered = sorted(times_ms)
     cpu_ordered = sorted(cpu_ms)
     p99 = min(len(ordered) - 1, int(0.99 * len(ordered)))
@@ -155,6 +158,12 @@ def measure(
         "max_ms": ordered[-1],
         "mean_ms": statistics.fmean(ordered),
         "actions_started_per_pass": scheduled / passes,
+        # what a step's time grows with: the trials of its passes, overall and in its slowest 1 %
+        "eviction_trials_p50": statistics.median(trials),
+        "eviction_trials_p99": sorted(trials)[p99],
+        "eviction_trials_slowest_1pct_mean": statistics.fmean(
+            trials[i] for i in sorted(range(len(cpu_ms)), key=cpu_ms.__getitem__)[p99:]
+        ),
         "running_at_end": len(running),
     }
 

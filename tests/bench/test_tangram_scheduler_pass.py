@@ -13,6 +13,8 @@ def test_measure_reports_every_figure_for_each_pool() -> None:
         assert row["cpu_p99_ms"] > 0
         assert row["actions_started_per_pass"] > 0  # the steady state really schedules
         assert row["running_at_end"] > 0
+        assert 0 <= row["eviction_trials_p50"] <= row["eviction_trials_p99"]
+        assert row["eviction_trials_slowest_1pct_mean"] >= 0
 
 
 def test_a_capped_cold_burst_is_timed_until_placed() -> None:

@@ -86,6 +86,7 @@ class ElasticAllocation:
         self.now = now
         self.unread = unread  # waiting actions beyond the estimate window (counted, not read)
         self.rest_model = rest_model  # how Alg. 2 estimates the remaining actions: REST_MODELS
+        self.trials = 0  # objectives evaluated (Alg. 1 line 10): what a pass's time grows with
 
     def allocate(
         self,
@@ -233,6 +234,7 @@ class ElasticAllocation:
     def _objective(self, split: _Split, prefix: int, limit: float = math.inf) -> float:
         """Alg. 2 for the candidate prefix ``split.members[:prefix]``; the rest wait. Only
         whether it is below ``limit`` matters (inf once it cannot be)."""
+        self.trials += 1
         alloc = split.arrangement.allocation(prefix)
         ends: list[float] = []
         if alloc:

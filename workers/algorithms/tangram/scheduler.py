@@ -84,6 +84,7 @@ class ElasticScheduler:
         self._wait_reasons: dict[str, str] = {}
         self._sizing = UnitSizing(self)
         self.passes = 0
+        self.eviction_trials = 0  # objectives the greedy eviction evaluated, over all passes
         self.depth = 2
         self.algorithm = "elastic"
         self.min_dop: int | None = None
@@ -283,7 +284,7 @@ class ElasticScheduler:
                 if window is not None and len(leftovers) >= window:
                     break
         if self.algorithm == "elastic":
-            ElasticAllocation(
+            elastic = ElasticAllocation(
                 sizing=self._sizing,
                 topology=self.topology,
                 accommodation=accommodation,
@@ -291,7 +292,9 @@ class ElasticScheduler:
                 now=now,
                 unread=len(self._waiting) - len(candidates) - len(leftovers),
                 rest_model=self.rest_model,
-            ).allocate(candidates, leftovers, reasons)
+            )
+            elastic.allocate(candidates, leftovers, reasons)
+            self.eviction_trials += elastic.trials
         selected = [c for c in candidates if c.entry.spec.action_id not in reasons]
         self._wait_reasons = reasons
         # Candidates outside every split first, then split members in FCFS order: the order

@@ -338,3 +338,28 @@ def test_the_candidate_cap_is_checked() -> None:
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="candidate_cap"):
             ElasticScheduler(topology, candidate_cap=bad)  # type: ignore[arg-type]
+
+
+def test_the_scheduler_counts_the_eviction_trials_of_its_passes() -> None:
+    scheduler = ElasticScheduler(
+        CpuTopology([CpuNodeSpec.uniform("n0", 8, 1, memory_mb=1 << 20)]), depth=2
+    )
+    for n in range(6):
+        scheduler.submit(
+            ActionSpec(
+                f"a{n}",
+                {"cpu": ResourceDemand.between(1, 8)},
+                tool="t",
+                key_resource="cpu",
+                elasticity=Elasticity.amdahl(0.9, 8),
+                t1=10.0,
+            ),
+            0.0,
+        )
+    scheduler.schedule(0.0)
+    # one elastic split: the full prefix at least, and at most one trial per possible eviction
+    assert 1 <= scheduler.eviction_trials <= 7
+    before = scheduler.eviction_trials
+    scheduler.set_policy(algorithm="fcfs-min")
+    scheduler.schedule(1.0)
+    assert scheduler.eviction_trials == before  # no elastic allocation, no trials
