@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from workers.algorithms.heddle.prediction import ProgressivePredictor, PromptHistoryPredictor
-from workers.router.trajectories import TrajectoryTable
+from workers.router.trajectories import TrajectoryState, TrajectoryTable
 from workers.sim.llm.trajectories import generate_trajectories
 
 
@@ -25,10 +26,14 @@ async def test_steps_ending_in_one_tick_share_one_prediction_and_publish_after_i
     ]
     before = [s.predicted_remaining for s in states]
     published: list[float] = []
+
+    def publisher(state: TrajectoryState) -> Callable[[], None]:
+        return lambda: published.append(state.predicted_remaining)
+
     for i, state in enumerate(states):
         table.step_finished(
             state, tokens=30 * (i + 1), queueing_s=0.0, generation_s=0.1, now=1.0,
-            then=lambda state=state: published.append(state.predicted_remaining),
+            then=publisher(state),
         )  # fmt: skip
     assert published == [] and table.batches == 0  # nothing until the tick ends
     await asyncio.sleep(0)
