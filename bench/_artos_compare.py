@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench._artos_loom import KEEP_WARM_S
 from bench._artos_workload import Workload
 from bench.report import BenchReport, Target, plot_path
 
@@ -85,6 +86,7 @@ def compare(
         "load_average_at_start": os.getloadavg()[0],
         "clock_starts": "after the platform is up (ray.init; Loom's buffer service), before "
         "either system starts its actors; the platform's own start is in platform_start_*",
+        "loom_actor_keep_warm_s": KEEP_WARM_S,
     }
     report = BenchReport(name, quick, params=params)
     missing = ray_missing()

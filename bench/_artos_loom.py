@@ -1,10 +1,11 @@
 """ARTOS on Loom (artos §3–§4): the reference workloads as a declared ``Workflow``.
 
 PPO (on-policy, Table 3): publishing ``model_param`` invokes the elastic actors
-(ObjectKeyTrigger -> ``ACTORS``); each forks from the zygote, restores its checkpoint, samples
-``steps`` steps into the rollout buffer and checkpoints; the full batch (DataKeyTrigger with
-``n = actors``) fires the on-demand learner, which takes its device, updates, gives the device
-back and publishes the next parameters.
+(ObjectKeyTrigger -> ``ACTORS``); each samples ``steps`` steps into the rollout buffer and
+checkpoints, then stays parked for ``KEEP_WARM_S`` (forked from the zygote and restored from its
+checkpoint when it is not parked: the first invocation, or after a longer pause); the full batch
+(DataKeyTrigger with ``n = actors``) fires the on-demand learner, which takes its device,
+updates, gives the device back and publishes the next parameters.
 
 DQN (off-policy): every actor is re-invoked as soon as its previous invocation ended unless it
 is already a batch ahead of the learner, so collection overlaps learning without outrunning
@@ -32,6 +33,10 @@ from workers.buffers.schema import Schema
 from workers.buffers.workflow import ACTORS, RunningWorkflow, Workflow
 
 PARAMS_KEY = "model_param"
+# an actor's process stays parked this long after its checkpoint and serves the next
+# invocation without a fork (workers.actors.zygote); both workloads re-invoke well within it.
+# The runs with a fork per invocation (0) are kept as results/*_fork_per_invocation.json
+KEEP_WARM_S = 1.0
 AHEAD_BATCHES = 1  # off-policy: batches an actor may deliver ahead of the learner
 
 
@@ -65,6 +70,7 @@ def _declare(
             buffer=buffer,
             steps=workload.steps,
             params_key=PARAMS_KEY,
+            keep_warm_s=KEEP_WARM_S,
         )
         .learner("learner", trigger="learn")
     )

@@ -6,7 +6,11 @@ Run as ``python -m workers.actors.zygote --program module:attr --fd N``: ``N`` i
 the same socket without interleaving). Requests (JSON): ``prewarm`` and ``invoke`` fork an actor
 (a pre-warmed one restores its state and then waits for ``go``), ``go``, ``kill``, ``exit``.
 Events: ``prepared``, ``forked``, ``ready``, ``sampled``, ``checkpointed``, ``failed``,
-``exited``. Times are ``time.monotonic()`` (one clock for every process of the node).
+``exited``. A request's ``keep_warm_s`` keeps the actor's process parked that long after its
+checkpoint (no CPU; its state in memory): its invocation is reported ``exited`` (code 0,
+``kept_warm``) and its next one is served over its link without a fork or a restore (Loom's own,
+in the spirit of artos §4.3's pre-warming); an idle one is retired, its checkpoint remains.
+Times are ``time.monotonic()`` (one clock for every process of the node).
 
 The zygote stays single-threaded and never opens a ZeroMQ context, so forking it is safe; each
 child pins itself to its cores, restores its checkpoint, pulls parameters, samples, hands its
