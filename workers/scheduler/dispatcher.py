@@ -4,9 +4,6 @@ The order is the service's safety: the pass's queued → scheduled moves, finish
 are written in one store call first, and only the actions the store really moved are dispatched
 (an action cancelled or ended meanwhile is forgotten). A crash between the two leaves them
 scheduled in the store, and the rebuild re-dispatches them with the same attempt (``recovery``).
-
-What a pass sends may be handed to an ``Outbox`` instead of published at once: the service's
-loop sends it with its next acknowledgement and read, one round trip for all three (Loom's own).
 """
 
 from __future__ import annotations
@@ -20,10 +17,7 @@ from workers.scheduler.recovery import PoolState
 from workers.scheduler.specs import dispatch_for
 from workers.scheduler.store import ActionStore
 from workers.threads import BlockingCalls
-from workers.transport import Dispatch, Message, StreamNames, Transport
-
-# Messages to publish, in order: (stream, its messages).
-Outbox = list[tuple[str, list[Message]]]
+from workers.transport import Dispatch, StreamNames, Transport
 
 
 class Dispatcher:
@@ -43,12 +37,9 @@ class Dispatcher:
         self.counters = counters
         self._api_round_robin = 0
 
-    async def pass_and_persist(
-        self, state: PoolState, batch: Batch, now: float, outbox: Outbox | None = None
-    ) -> None:
+    async def pass_and_persist(self, state: PoolState, batch: Batch, now: float) -> None:
         """Schedule, persist the pass with ``batch`` in one store call, then dispatch and send
-        the batch's cancels — or, given an ``outbox``, leave them there for the caller to
-        publish (after this store call, so still after persisting)."""
+        the batch's cancels."""
         started, scheduled = state.ledger.start_pass(
             now, lambda assignment: self._node_for(state, assignment)
         )
@@ -60,16 +51,12 @@ class Dispatcher:
                 requeued=batch.requeued,
             )
             started = state.ledger.only_moved(started, applied.scheduled, now)
-        if outbox is not None:
-            outbox.extend(self.dispatches(started))
-            outbox.extend((self.streams.dispatch(node), [cancel]) for node, cancel in batch.cancels)
-            return
         await self.publish(started)
         for node, cancel in batch.cancels:
             await self.transport.publish(self.streams.dispatch(node), cancel)
 
-    def dispatches(self, started: Sequence[Started]) -> Outbox:
-        """The dispatches of ``started`` by node stream (counted as dispatched)."""
+    async def publish(self, started: Sequence[Started]) -> None:
+        """The dispatches of ``started``, one round trip per node."""
         by_node: dict[str, list[Dispatch]] = defaultdict(list)
         for active, assignment, attempt in started:
             node = active.node or assignment.node
@@ -81,16 +68,9 @@ class Dispatcher:
                     gpus=tuple(assignment.gpu_ids),
                 )
             )
-        outbox: Outbox = []
         for node, dispatches in by_node.items():
-            outbox.append((self.streams.dispatch(node), [*dispatches]))
+            await self.transport.publish_many(self.streams.dispatch(node), dispatches)
             self.counters.dispatched += len(dispatches)
-        return outbox
-
-    async def publish(self, started: Sequence[Started]) -> None:
-        """The dispatches of ``started``, one round trip per node."""
-        for stream, dispatches in self.dispatches(started):
-            await self.transport.publish_many(stream, dispatches)
 
     def _node_for(self, state: PoolState, assignment: Assignment) -> str:
         """An API pool's actions take turns over its schedulable nodes (any node can call)."""

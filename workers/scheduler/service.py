@@ -24,7 +24,7 @@ from typing import Any
 
 from workers.algorithms.tangram import ElasticScheduler
 from workers.scheduler.config import ServiceConfig
-from workers.scheduler.dispatcher import Dispatcher, Outbox
+from workers.scheduler.dispatcher import Dispatcher
 from workers.scheduler.gc_tuning import freeze_after_start_up
 from workers.scheduler.ledger import ActiveAction, Batch, Counters
 from workers.scheduler.policy import PolicyTracker
@@ -121,35 +121,23 @@ class SchedulerService:
             freeze_after_start_up()
         housekeeping = asyncio.create_task(self._housekeeping_loop(stop))
         backoff = 0.05
-        # The last batch, handled and persisted: its dispatches and cancels, and its entries to
-        # acknowledge, go out with the next read, one round trip for all (a crash before leaves
-        # them as a crash right after persisting would: scheduled in the store, the entries
-        # pending; recovery re-dispatches and re-reads them). So no round trip of the service's
-        # own stands between a batch and the wake-up of the agent or waiter it is for.
-        handled: list[str] = []
-        outbox: Outbox = []
         try:
             while not stop.is_set():
                 try:
                     if self._broken:
-                        handled, outbox = [], []  # the rebuild re-dispatches and re-reads them
                         await asyncio.sleep(backoff)
                         async with self._lock:
                             await self._recover()
-                    deliveries = await self.transport.ack_and_read(
+                    deliveries = await self.transport.read(
                         self._events,
                         SCHEDULER_GROUP,
                         self._consumer,
-                        handled,
-                        publish=outbox,
                         count=self.config.read_count,
                         block_ms=self.config.block_ms,
                     )
-                    handled, outbox = [], []
                     if deliveries:
                         async with self._lock:
-                            await self.handle(deliveries, outbox=outbox)
-                        handled = [d.entry_id for d in deliveries]
+                            await self.handle(deliveries)
                     backoff = 0.05
                 except asyncio.CancelledError:
                     raise
@@ -163,11 +151,6 @@ class SchedulerService:
             housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await housekeeping
-            if handled or outbox:
-                with contextlib.suppress(Exception):  # else recovery does it after the restart
-                    for stream, messages in outbox:
-                        await self.transport.publish_many(stream, messages)
-                    await self.transport.ack(self._events, SCHEDULER_GROUP, handled)
             self._store_calls.close()
 
     async def _recover(self) -> None:
@@ -220,14 +203,10 @@ class SchedulerService:
         batch: Batch | None = None,
         *,
         trust_records: bool = True,
-        outbox: Outbox | None = None,
     ) -> None:
         """One batch of events. ``trust_records``: queue the records a submission carries as
         they are (a live event); a rebuild passes False and reads the rows instead, since an
-        event re-read after a crash may describe an action that has ended since. ``outbox``:
-        leave the dispatches and cancels there and the deliveries unacknowledged, for the
-        caller to send and acknowledge (``run``: with its next read); else both are done here.
-        """
+        event re-read after a crash may describe an action that has ended since."""
         state = self._state()
         ledger = state.ledger
         batch = batch or Batch()
@@ -261,8 +240,8 @@ class SchedulerService:
             await self._store_calls.run(self.store.record_heartbeats, sorted(set(heartbeats)), now)
         if executing:
             await self._store_calls.run(self.store.mark_running, executing, now)
-        await self.dispatcher.pass_and_persist(state, batch, now, outbox)
-        if deliveries and outbox is None:
+        await self.dispatcher.pass_and_persist(state, batch, now)
+        if deliveries:
             await self.transport.ack(
                 self._events, SCHEDULER_GROUP, [d.entry_id for d in deliveries]
             )

@@ -90,31 +90,6 @@ class Transport(abc.ABC):
     async def ack(self, stream: str, group: str, entry_ids: Sequence[str]) -> int:
         """Acknowledge entries; returns how many were pending."""
 
-    async def ack_and_read(
-        self,
-        stream: str,
-        group: str,
-        consumer: str,
-        entry_ids: Sequence[str],
-        *,
-        publish: Sequence[tuple[str, Sequence[Message]]] = (),
-        count: int = 64,
-        block_ms: int = 1000,
-    ) -> list[Delivery]:
-        """Publish ``publish`` (per stream, in order), acknowledge ``entry_ids`` (entries
-        already handled), then ``read``.
-
-        For a consumer that sends what a batch produced and acknowledges the batch with its next
-        read: Redis does all of it in one round trip, so neither costs the consumer a round trip
-        of its own between handling one batch and waiting for the next. A failed publish raises
-        (the entries may be acknowledged by then: the caller must have persisted what they
-        produced, as it must before any acknowledgement).
-        """
-        for target, messages in publish:
-            await self.publish_many(target, messages)
-        await self.ack(stream, group, entry_ids)
-        return await self.read(stream, group, consumer, count=count, block_ms=block_ms)
-
     @abc.abstractmethod
     async def pending(self, stream: str, group: str, *, count: int = 1000) -> list[PendingEntry]:
         """Entries delivered to the group's consumers and not acknowledged, oldest first."""

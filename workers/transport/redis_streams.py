@@ -143,64 +143,17 @@ class RedisStreamsTransport(Transport):
                 block=block_ms if block_ms > 0 else None,
             )
         except ResponseError as exc:
-            return await self._read_failed(stream, group, exc)
-        return await self._read_response(stream, group, response)
-
-    async def ack_and_read(
-        self,
-        stream: str,
-        group: str,
-        consumer: str,
-        entry_ids: Sequence[str],
-        *,
-        publish: Sequence[tuple[str, Sequence[Message]]] = (),
-        count: int = 64,
-        block_ms: int = 1000,
-    ) -> list[Delivery]:
-        if not entry_ids and not publish:
-            return await self.read(stream, group, consumer, count=count, block_ms=block_ms)
-        # One pipeline, not a transaction: XREADGROUP blocks there as it does alone (inside
-        # MULTI it would not), and what precedes it is answered before it blocks.
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for target, messages in publish:
-                for message in messages:
-                    pipe.xadd(target, {_FIELD: encode_json(message)})
-            if entry_ids:
-                pipe.xack(stream, group, *entry_ids)
-            pipe.xreadgroup(
-                group,
-                consumer,
-                {stream: ">"},
-                count=count,
-                block=block_ms if block_ms > 0 else None,
-            )
-            replies = await pipe.execute(raise_on_error=False)
-        if entry_ids:
-            await self._trim_after_ack(stream)
-        for reply in replies[:-1]:
-            if isinstance(reply, Exception):
-                raise reply  # what was read stays pending: recovery re-reads it
-        response = replies[-1]
-        if isinstance(response, ResponseError):
-            return await self._read_failed(stream, group, response)
-        if isinstance(response, Exception):
-            raise response
-        return await self._read_response(stream, group, response)
-
-    async def _read_response(self, stream: str, group: str, response: Any) -> list[Delivery]:
+            if "NOGROUP" not in str(exc):
+                raise
+            # Redis came back empty (no persistence): the group went with the stream. Create it
+            # again from the stream's start, so what was published since is read, not skipped.
+            logger.warning("group %s of %s is gone (Redis restarted?); creating it", group, stream)
+            await self.ensure_group(stream, group)
+            return []
         if not response:
             return []
         _, raw_entries = response[0]
         return await self._decode(stream, group, raw_entries, {})
-
-    async def _read_failed(self, stream: str, group: str, error: ResponseError) -> list[Delivery]:
-        if "NOGROUP" not in str(error):
-            raise error
-        # Redis came back empty (no persistence): the group went with the stream. Create it
-        # again from the stream's start, so what was published since is read, not skipped.
-        logger.warning("group %s of %s is gone (Redis restarted?); creating it", group, stream)
-        await self.ensure_group(stream, group)
-        return []
 
     async def ack(self, stream: str, group: str, entry_ids: Sequence[str]) -> int:
         if not entry_ids:

@@ -19,12 +19,7 @@ from workers.agents.common.agent import AgentSettings
 from workers.agents.cpu import CpuAgent, LocalBackend
 from workers.scheduler import ActionRecord, Applied, SchedulerService, ServiceConfig
 from workers.scheduler.specs import dispatch_for, dispatch_kind
-from workers.transport import (
-    SCHEDULER_GROUP,
-    ActionsSubmitted,
-    InProcessTransport,
-    StreamNames,
-)
+from workers.transport import ActionsSubmitted, InProcessTransport, StreamNames
 
 pytestmark = pytest.mark.timeout(60)
 POOL = "cpu"
@@ -161,21 +156,6 @@ async def test_an_action_without_a_command_is_a_noop(harness: Harness) -> None:
     result = harness.store.finished[2]
     assert result.exit_code is None and result.output == ""
     assert result.started_at == result.finished_at  # answered inline, no process
-
-
-async def test_a_handled_batch_is_acknowledged_with_the_next_read(harness: Harness) -> None:
-    """The service leaves a batch's entries pending until its next read (one round trip with
-    the batch's dispatches); then none stays pending, and a stop acknowledges the last one."""
-    harness.store.records[5] = _record(5, None)
-    await harness.submit(5)
-    await harness.wait_status(5, {"succeeded"})
-    events = harness.streams.events(POOL)
-    deadline = time.monotonic() + 5
-    while await harness.transport.pending(events, SCHEDULER_GROUP):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.02)
-    await harness.close()
-    assert await harness.transport.pending(events, SCHEDULER_GROUP) == []
 
 
 async def test_a_demand_no_node_can_meet_fails_with_its_reason(harness: Harness) -> None:

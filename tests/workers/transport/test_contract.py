@@ -178,57 +178,6 @@ async def test_publish_and_ack_answers_dispatches(transport: Transport, names: S
     assert [d.message for d in got] == results
 
 
-async def test_ack_and_read_publishes_acks_then_reads(
-    transport: Transport, names: StreamNames
-) -> None:
-    """The scheduler's loop: a handled batch's dispatches and acknowledgement go out with the
-    next read; what the read returns is only what is new."""
-    events, dispatches = names.events("p"), names.dispatch("n1")
-    await transport.ensure_group(events, "scheduler")
-    await transport.ensure_group(dispatches, GROUP)
-    await transport.publish_many(events, [_dispatch(1), _dispatch(2)])
-    handled = await transport.read(events, "scheduler", "s", block_ms=100)
-    await transport.publish(events, _dispatch(3))
-    sent = [_dispatch(10), _dispatch(11)]
-    deliveries = await transport.ack_and_read(
-        events,
-        "scheduler",
-        "s",
-        [d.entry_id for d in handled],
-        publish=[(dispatches, sent[:1]), (dispatches, sent[1:])],
-        block_ms=100,
-    )
-    assert [d.message.action_id for d in deliveries] == ["a3"]  # type: ignore[union-attr]
-    assert [p.entry_id for p in await transport.pending(events, "scheduler")] == [
-        deliveries[0].entry_id
-    ]
-    got = await transport.read(dispatches, GROUP, "agent", block_ms=100)
-    assert [d.message for d in got] == sent
-
-
-async def test_ack_and_read_blocks_until_a_publish(
-    transport: Transport, names: StreamNames
-) -> None:
-    stream = names.events("p")
-    await transport.ensure_group(stream, "scheduler")
-    await transport.publish(stream, _dispatch(1))
-    [handled] = await transport.read(stream, "scheduler", "s", block_ms=100)
-
-    async def publish_later() -> None:
-        await asyncio.sleep(0.05)
-        await transport.publish(stream, _dispatch(2))
-
-    publisher = asyncio.create_task(publish_later())
-    deliveries = await transport.ack_and_read(
-        stream, "scheduler", "s", [handled.entry_id], block_ms=5_000
-    )
-    await publisher
-    assert [d.message.action_id for d in deliveries] == ["a2"]  # type: ignore[union-attr]
-    assert [p.entry_id for p in await transport.pending(stream, "scheduler")] == [
-        deliveries[0].entry_id
-    ]
-
-
 # --- trimming: only what every group acknowledged goes ------------------------------------------
 
 

@@ -30,45 +30,6 @@ async def test_malformed_entries_are_acked_and_skipped(
     ]
 
 
-async def test_ack_and_read_recreates_a_group_redis_lost(
-    transport: Transport, names: StreamNames
-) -> None:
-    """Redis restarted empty between a batch and the next read: the acknowledgement finds no
-    group, the read creates it again and what is published next is read."""
-    if not isinstance(transport, RedisStreamsTransport):
-        pytest.skip("Redis-specific: the in-process transport cannot lose a group")
-    stream = names.events("p")
-    await transport.ensure_group(stream, "scheduler")
-    await transport.publish(stream, _dispatch(1, 0))
-    [handled] = await transport.read(stream, "scheduler", "s", block_ms=100)
-    await transport.delete([stream])
-    assert await transport.ack_and_read(stream, "scheduler", "s", [handled.entry_id]) == []
-    await transport.publish(stream, _dispatch(2, 0))
-    [delivery] = await transport.read(stream, "scheduler", "s", block_ms=100)
-    assert delivery.message == _dispatch(2, 0)
-
-
-async def test_ack_and_read_raises_when_a_publish_fails(
-    transport: Transport, names: StreamNames
-) -> None:
-    """A dispatch Redis refuses raises (the service then rebuilds and re-dispatches from the
-    store); what the same round trip read stays pending for the rebuild to re-read."""
-    if not isinstance(transport, RedisStreamsTransport):
-        pytest.skip("Redis-specific: the in-process transport refuses nothing")
-    stream, wrong = names.events("p"), names.dispatch("n")
-    await transport.ensure_group(stream, "scheduler")
-    await transport.client.set(wrong, b"not a stream")
-    await transport.publish(stream, _dispatch(1, 0))
-    with pytest.raises(Exception, match="WRONGTYPE"):
-        await transport.ack_and_read(
-            stream, "scheduler", "s", [], publish=[(wrong, [_dispatch(2, 0)])], block_ms=100
-        )
-    [pending] = await transport.pending(stream, "scheduler")
-    [reread] = await transport.reclaim(stream, "scheduler", "s", min_idle_ms=0)
-    assert reread.entry_id == pending.entry_id
-    await transport.client.delete(wrong)
-
-
 async def test_stream_stays_bounded_under_steady_flow(redis_url: str, names: StreamNames) -> None:
     """Publish → read → ack, as the scheduler and the agents do: acks trim the stream every
     interval, so its length follows what is unacknowledged, not what was ever published."""
