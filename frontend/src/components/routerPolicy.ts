@@ -14,7 +14,7 @@ export function routerPolicyPanel(): { element: HTMLElement; render(data: Router
   const predictorSelect = h("select", { name: "predictor" });
   const form = h(
     "form",
-    { class: "filters", "data-router-policy-form": "" },
+    { class: "router-policy", "data-router-policy-form": "" },
     h("label", {}, "Router ", routerInput),
     h("label", {}, "Policy ", policySelect),
     h("label", {}, "Predictor ", predictorSelect),
