@@ -234,8 +234,14 @@ def test_n_step_parameters_missing_or_wrong_are_400_naming_the_field(job_actor, 
     buffer_service(buffer["id"])
     push(job_actor.client, buffer["id"], "a", transitions(0, 2))
     url = f"/api/v1/buffers/{buffer['id']}/sample/"
-    good = {"batch_size": 2, "n": 2, "gamma": 0.9, "reward_key": "reward", "done_key": "done"}
-    cases = [
+    good: dict[str, object] = {
+        "batch_size": 2,
+        "n": 2,
+        "gamma": 0.9,
+        "reward_key": "reward",
+        "done_key": "done",
+    }
+    cases: list[tuple[dict[str, object], str]] = [
         ({"n": None}, "n"),
         ({"gamma": 1.5}, "gamma"),
         ({"batch_size": None}, "batch_size"),

@@ -157,8 +157,8 @@ def test_n_step_returns_over_zeromq_cut_at_a_done_and_at_the_data_held(steps_ser
 def test_n_step_parameters_are_refused_naming_the_field(steps_served):
     _, client = steps_served
     client.put("steps", "a", steps(0, 2))
-    good = {"n": 2, "gamma": 0.9, "reward_key": "reward", "done_key": "done"}
-    cases = [
+    good: dict[str, object] = {"n": 2, "gamma": 0.9, "reward_key": "reward", "done_key": "done"}
+    cases: list[tuple[dict[str, object], str]] = [
         ({"n": 0}, r"^n: expected a positive integer"),
         ({"n": True}, r"^n:"),
         ({"gamma": 1.5}, r"^gamma: expected a number in 0..1"),

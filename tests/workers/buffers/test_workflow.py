@@ -122,6 +122,7 @@ def test_elastic_actors_report_their_states_to_the_buffer_service(tmp_path):
     program = CartPoleProgram()
     program.prepare()
     with flow.start(checkpoint_dir=str(tmp_path)) as running:
+        assert running.reporter is not None
         running.reporter.every_s = 0.05
         client = BufferClient(running.address)
         for _ in range(2):
