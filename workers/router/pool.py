@@ -207,10 +207,11 @@ class WorkerPool:
 
     async def close(self) -> None:
         for loop_task in (self._task, self._metrics_task):
-            if loop_task is not None:
+            # Cancelled until it is done: Python 3.11's wait_for can swallow a cancellation that
+            # lands as its inner request completes, and the loop would carry on.
+            while loop_task is not None and not loop_task.done():
                 loop_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await loop_task
+                await asyncio.wait({loop_task}, timeout=0.1)
         for task in list(self._background):
             task.cancel()
         for worker in self.workers:

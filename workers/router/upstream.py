@@ -39,6 +39,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self.upstream.open_connections += 1
+        self.upstream._connections.add(self)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -51,6 +52,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.upstream.open_connections -= 1
+        self.upstream._connections.discard(self)
         self._fail(UpstreamLost(f"worker connection lost: {exc or 'closed'}"))
 
     def _fail(self, error: Exception) -> None:
@@ -182,6 +184,7 @@ class Upstream:
         self._idle: list[_Connection] = []
         self.connect_timeout_s = connect_timeout_s
         self.open_connections = 0  # kept by the connections themselves (made / lost)
+        self._connections: set[_Connection] = set()  # every open one, idle or busy
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -290,5 +293,8 @@ class Upstream:
         return response
 
     async def close(self) -> None:
-        while self._idle:
-            self._drop(self._idle.pop())
+        """Close every connection, busy ones too (a request abandoned by a cancelled caller
+        would otherwise hold its connection open until the worker ends it)."""
+        self._idle.clear()
+        for connection in list(self._connections):
+            self._drop(connection)
