@@ -70,9 +70,12 @@ async def test_the_async_client_standard_sampling_and_token_chunks(
         )  # fmt: skip
         samples = [sample async for sample in stream]
     assert len(samples) == 3 and stream.statistics is not None
-    for sample in samples:  # the chunks of a sample are its text's prefix (§4.3.2)
-        prefix = "".join(p.text for p in pieces if p.sample == sample.sample)
-        assert prefix and sample.text.startswith(prefix)
+    # The chunks of a sample are its text's prefix (§4.3.2). A chunk is due every `token_chunk`
+    # text events; the engine may merge tokens that end mid-character (random weights make many)
+    # into fewer events, so one sample may finish before its first chunk, never all of them.
+    prefixes = ["".join(p.text for p in pieces if p.sample == s.sample) for s in samples]
+    assert all(s.text.startswith(prefix) for s, prefix in zip(samples, prefixes, strict=True))
+    assert any(prefixes), pieces
     assert stream.statistics["allocations"] == [3] and stream.statistics["aborted"] == 0
     assert stream.planned is not None and stream.planned["total_budget"] == 3
 

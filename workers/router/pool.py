@@ -52,6 +52,7 @@ class LLMWorker:
     healthy: bool = True
     draining: bool = False
     failures: int = 0
+    deaths: int = 0  # how often it was declared dead: a health check older than that is stale
     in_flight: dict[str, InFlight] = field(default_factory=dict)
     trajectories: set[str] = field(default_factory=set)
     requests_total: int = 0
@@ -148,10 +149,14 @@ class WorkerPool:
         if worker.healthy:
             log.warning("worker %s (%s) declared dead: %s", worker.name, worker.url, reason)
         worker.healthy = False
+        worker.deaths += 1
         for flight in list(worker.in_flight.values()):
             flight.cut(f"worker {worker.name} was lost: {reason}")
 
     async def check(self, worker: LLMWorker) -> bool:
+        """One ``/health`` check. A success only revives a worker that was not declared dead
+        while the check was on its way: an answer sent before the death proves nothing after."""
+        deaths = worker.deaths
         try:
             response = await asyncio.wait_for(
                 worker.upstream.request("GET", "/health"), self.health_timeout_s
@@ -160,6 +165,8 @@ class WorkerPool:
             ok = response.status == 200
         except (UpstreamLost, OSError, TimeoutError):
             ok = False
+        if ok and worker.deaths != deaths:
+            return False
         if ok:
             if not worker.healthy:
                 log.info("worker %s is back", worker.name)

@@ -108,3 +108,33 @@ async def test_an_engine_without_metrics_reports_none() -> None:
     finally:
         await pool.close()
         await server.stop()
+
+
+async def test_a_health_answer_sent_before_a_death_does_not_revive_the_worker() -> None:
+    """A check on its way when the worker is declared dead (a request to it failed) proves
+    nothing about it afterwards; the next check, started after the death, decides."""
+    answer = asyncio.Event()
+    asked = asyncio.Event()
+
+    async def slow_health(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            asked.set()
+            await answer.wait()
+            await send_json(send, 200, {})
+
+    server = Server(slow_health, bind())
+    await server.start()
+    pool = WorkerPool([server.url])
+    worker = pool.workers[0]
+    try:
+        check = asyncio.ensure_future(pool.check(worker))
+        await asyncio.wait_for(asked.wait(), 5)
+        pool.mark_dead(worker, "a request to it failed")
+        answer.set()
+        assert await check is False
+        assert not worker.healthy
+        assert await pool.check(worker) is True
+        assert worker.healthy
+    finally:
+        await pool.close()
+        await server.stop()
