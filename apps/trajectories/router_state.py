@@ -25,8 +25,10 @@ import redis
 from apps.trajectories.models import Trajectory, TrajectoryStatus
 from apps.trajectories.router_control import llm_worker_reports_apply
 from apps.trajectories.services import (
+    RECORD_FIELDS,
     UPDATABLE_FIELDS,
     TrajectoryUpdateError,
+    trajectory_records_complete,
     trajectory_update,
 )
 from controlplane.redis_client import configured_redis, key_prefix
@@ -119,17 +121,30 @@ def router_states_apply(states: Iterable[Mapping[str, Any]]) -> Drained:
         if jobs.get(trajectory_id) is None or str(jobs[trajectory_id]) != str(state.get("job")):
             outcome.skipped += 1  # deleted meanwhile, or not this job's
             continue
+        changes: dict[str, Any] = {}
         try:
             changes = state_changes(state)
             if changes:
                 trajectory_update(trajectory_id=trajectory_id, changes=changes)
-        except (ValueError, TrajectoryUpdateError) as error:
-            # an ended trajectory, a count that went back (the REST API moved it meanwhile)
-            log.info("router state of trajectory %s not applied: %s", trajectory_id, error)
-            outcome.skipped += 1
-            continue
+        except ValueError as error:  # TrajectoryUpdateError included
+            # an ended trajectory, a count that went back (the REST API moved it meanwhile);
+            # an ended one still takes the step records of the router's final snapshot
+            if not _late_records_kept(trajectory_id, error, changes):
+                log.info("router state of trajectory %s not applied: %s", trajectory_id, error)
+                outcome.skipped += 1
+                continue
         outcome.applied += 1
     return outcome
+
+
+def _late_records_kept(trajectory_id: int, error: ValueError, changes: Mapping[str, Any]) -> bool:
+    """A finished snapshot refused because the trainer's end arrived first: keep its records."""
+    if not isinstance(error, TrajectoryUpdateError) or not error.conflict:
+        return False
+    records = {field: changes[field] for field in RECORD_FIELDS if field in changes}
+    if "step_records" not in records:
+        return False
+    return trajectory_records_complete(trajectory_id=trajectory_id, records=records)
 
 
 def router_state_drain(*, count: int = 1000, rounds: int = 10) -> Drained:

@@ -29,6 +29,8 @@ UPDATABLE_FIELDS = (
     "prompt_tokens",
     "step_records",
 )
+# What the router alone records of a trajectory's steps (the length predictor's training data).
+RECORD_FIELDS = ("prompt_tokens", "step_records")
 
 
 class TrajectoryUpdateError(ValueError):
@@ -69,3 +71,20 @@ def trajectory_update(*, trajectory_id: int, changes: dict[str, Any]) -> Traject
         router_trajectory_withdrawn(trajectory_id=trajectory.pk)  # it generates nothing more
     trajectory.save()
     return trajectory
+
+
+def trajectory_records_complete(*, trajectory_id: int, records: dict[str, Any]) -> bool:
+    """Keep the router's record of an ended trajectory's steps when it arrives after the end.
+
+    The trainer's end can reach the control plane before the router's final snapshot, which is
+    the only one carrying the records; an ended row otherwise refuses every change. Only the
+    records are written, once (never over earlier ones), and nothing else of the row changes.
+    False when the row is not ended or already holds records.
+    """
+    unknown = set(records) - set(RECORD_FIELDS)
+    if unknown:
+        raise TrajectoryUpdateError(sorted(unknown)[0], "not a record of an ended trajectory")
+    updated = Trajectory.objects.filter(
+        pk=trajectory_id, status__in=TERMINAL_TRAJECTORY_STATUSES, step_records__isnull=True
+    ).update(**records)
+    return updated == 1

@@ -174,3 +174,24 @@ def test_a_finished_trajectory_keeps_the_steps_the_router_recorded(
     assert trajectory.status == TrajectoryStatus.FINISHED
     assert trajectory.prompt_tokens == 12
     assert trajectory.step_records == [[40, 1.5], [60, 0.0]]
+
+
+def test_the_records_of_a_trajectory_ended_before_its_final_snapshot_are_kept() -> None:
+    """The trainer's end can reach the control plane first; the router's final snapshot then
+    still leaves its step records (once), and nothing else of the ended row changes."""
+    trajectory = TrajectoryFactory.create(status=TrajectoryStatus.FINISHED, steps=2, tokens=90)
+    finished = _snapshot(
+        trajectory, status="finished", steps=2, tokens=100, prompt_tokens=12,
+        step_tokens=[40, 60], step_tool_s=[1.5, 0.0],
+    )  # fmt: skip
+    assert router_states_apply([finished]).applied == 1
+    trajectory.refresh_from_db()
+    assert trajectory.step_records == [[40, 1.5], [60, 0.0]] and trajectory.prompt_tokens == 12
+    assert (trajectory.status, trajectory.tokens) == (TrajectoryStatus.FINISHED, 90)
+    again = _snapshot(
+        trajectory, status="finished", steps=2, tokens=100, prompt_tokens=99,
+        step_tokens=[1, 1], step_tool_s=[0.0, 0.0],
+    )  # fmt: skip
+    assert router_states_apply([again]).skipped == 1  # the first records stay
+    trajectory.refresh_from_db()
+    assert trajectory.step_records == [[40, 1.5], [60, 0.0]] and trajectory.prompt_tokens == 12
