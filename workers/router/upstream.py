@@ -38,7 +38,6 @@ class _Connection(asyncio.Protocol):
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self.upstream.open_connections += 1
         self.upstream._connections.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -51,7 +50,6 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.upstream.open_connections -= 1
         self.upstream._connections.discard(self)
         self._fail(UpstreamLost(f"worker connection lost: {exc or 'closed'}"))
 
@@ -183,7 +181,6 @@ class Upstream:
         self._host_header = f"{self.host}:{self.port}".encode()
         self._idle: list[_Connection] = []
         self.connect_timeout_s = connect_timeout_s
-        self.open_connections = 0  # kept by the connections themselves (made / lost)
         self._connections: set[_Connection] = set()  # every open one, idle or busy
 
     async def _connect(self) -> _Connection:
