@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workers.algorithms.tangram.scheduler import DEFAULT_CANDIDATE_CAP, pass_settings_check
+
 
 @dataclass
 class ServiceConfig:
@@ -29,3 +31,13 @@ class ServiceConfig:
     # After the start-up rebuild, freeze what the process holds and raise the collector's
     # thresholds (workers/scheduler/gc_tuning.py): for a process that runs only this service.
     freeze_gc_after_start_up: bool = False
+    # How a pass's Alg. 2 estimate places the remaining actions: "efficient" (Loom's own, at the
+    # allocation the holding price would give them) or "minimum" (arl-tangram App. A, their
+    # minimum units); and how many candidates one pass admits (None: the whole FCFS prefix that
+    # fits, as in Alg. 1). The pool's scheduler is built with them at every (re)start.
+    rest_model: str = "efficient"
+    candidate_cap: int | None = DEFAULT_CANDIDATE_CAP
+
+    def __post_init__(self) -> None:
+        # a bad value fails here, naming the setting, not at the pool's first start-up
+        pass_settings_check(rest_model=self.rest_model, candidate_cap=self.candidate_cap)

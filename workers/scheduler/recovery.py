@@ -64,7 +64,11 @@ async def pool_state_load(
     nodes = NodeRegistry(pool)
     for register in await calls.run(store.load_nodes, pool):
         nodes.adopt(register, clock())
-    scheduler = ElasticScheduler(await _topology(kind, nodes, store, calls, pool))
+    scheduler = ElasticScheduler(
+        await _topology(kind, nodes, store, calls, pool),
+        rest_model=config.rest_model,
+        candidate_cap=config.candidate_cap,
+    )
     if isinstance(scheduler.topology, CpuTopology):
         nodes.topology = scheduler.topology
     if isinstance(scheduler.topology, LiveGpuTopology):

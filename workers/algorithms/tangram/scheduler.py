@@ -13,8 +13,9 @@ deviations from the paper. One more deviation, here: the estimate reads at most
 ``estimate_window`` remaining actions (``None`` = the whole queue, as in the paper) so that a
 pass stays O(window · log heap) at 4 096 waiting actions.
 
-``rest_model`` (a constructor argument) chooses how Alg. 2 estimates the remaining actions:
-"efficient" (Loom's own, the default) or "minimum" (the paper's); see ``objective``.
+``rest_model`` (a constructor argument, set by a scheduler service's ``ServiceConfig``) chooses
+how Alg. 2 estimates the remaining actions: "efficient" (Loom's own, the default) or "minimum"
+(the paper's); see ``objective``. ``candidate_cap`` comes from the same configuration.
 
 Policies (``algorithm``, ``depth``, DoP bounds, ``fixed_dop``) can be changed on a live object:
 "elastic" is Algorithm 1, "fcfs-min" gives every action its minimum units, "fixed-dop" gives
@@ -67,12 +68,7 @@ class ElasticScheduler:
         rest_model: str = "efficient",
         candidate_cap: int | None = DEFAULT_CANDIDATE_CAP,
     ) -> None:
-        if rest_model not in REST_MODELS:
-            raise ValueError(f"rest_model: must be one of {REST_MODELS}, got {rest_model!r}")
-        if candidate_cap is not None and (not _is_int(candidate_cap) or candidate_cap < 1):
-            raise ValueError(
-                f"candidate_cap: must be None or an integer >= 1, got {candidate_cap!r}"
-            )
+        pass_settings_check(rest_model=rest_model, candidate_cap=candidate_cap)
         self.rest_model = rest_model
         self.candidate_cap = candidate_cap
         self._follow_up = False  # the last pass stopped at the cap after starting something
@@ -364,6 +360,17 @@ class ElasticScheduler:
         return assignment
 
 
+def pass_settings_check(*, rest_model: object, candidate_cap: object) -> None:
+    """Raise ValueError naming the setting if ``rest_model`` or ``candidate_cap`` is not one the
+    scheduler accepts (the constructor's check, shared with a service's configuration)."""
+    if not isinstance(rest_model, str) or rest_model not in REST_MODELS:
+        raise ValueError(f"rest_model: must be one of {REST_MODELS}, got {rest_model!r}")
+    if candidate_cap is not None and (
+        isinstance(candidate_cap, bool) or not isinstance(candidate_cap, int) or candidate_cap < 1
+    ):
+        raise ValueError(f"candidate_cap: must be None or an integer >= 1, got {candidate_cap!r}")
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -374,4 +381,5 @@ __all__ = [
     "CompletedAction",
     "ElasticScheduler",
     "WaitReason",
+    "pass_settings_check",
 ]
