@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
@@ -17,8 +18,23 @@ from apps.actions.scheduler_store import DjangoActionStore
 from apps.core.live import pool_snapshot_publish
 from controlplane.db_maintenance import DatabaseMaintainer
 from controlplane.redis_client import key_prefix
+from workers.algorithms.tangram.eviction import REST_MODELS
+from workers.algorithms.tangram.scheduler import DEFAULT_CANDIDATE_CAP
 from workers.scheduler import SchedulerService, ServiceConfig
 from workers.transport import RedisStreamsTransport, StreamNames
+
+
+def _candidate_cap(value: str) -> int | None:
+    """``--candidate-cap``: a positive count, or ``none`` (no cap)."""
+    if value.lower() == "none":
+        return None
+    try:
+        cap = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count or 'none': {value!r}") from None
+    if cap < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 or 'none', got {cap}")
+    return cap
 
 
 class Command(BaseCommand):
@@ -34,6 +50,18 @@ class Command(BaseCommand):
             type=float,
             default=30.0,
             help="seconds past an action's timeout before a silent agent's action is timed out",
+        )
+        parser.add_argument(
+            "--rest-model",
+            choices=REST_MODELS,
+            default="efficient",
+            help="how a pass's estimate places the remaining actions (workers/algorithms/tangram)",
+        )
+        parser.add_argument(
+            "--candidate-cap",
+            type=_candidate_cap,
+            default=DEFAULT_CANDIDATE_CAP,
+            help="most candidates one pass admits, or 'none' for the whole FCFS prefix that fits",
         )
         parser.add_argument(
             "--stream-prefix",
@@ -56,6 +84,8 @@ class Command(BaseCommand):
             max_attempts=options["max_attempts"],
             heartbeat_timeout_s=options["heartbeat_timeout"],
             result_grace_s=options["result_grace"],
+            rest_model=options["rest_model"],
+            candidate_cap=options["candidate_cap"],
             store_inline=True,
             freeze_gc_after_start_up=True,
         )
