@@ -1,5 +1,8 @@
 """``python -m workers.engine --port 30000``: one SGLang-like LLM worker.
 
+``python -m workers.engine supervise ...`` starts an engine (SGLang on GPU nodes, or one of
+these) and keeps it up instead (:mod:`workers.engine.supervise`).
+
 ``--backend emulated`` (the default): continuous batching timed by the simulator's model, filler
 text. ``--backend llamacpp``: llama.cpp decoding a GGUF model on this CPU — ``--model PATH``, or
 without it the project's own small model, written under ``--model-dir`` on first use.
@@ -71,6 +74,12 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] == ["supervise"]:
+        from workers.engine.supervise import run
+
+        raise SystemExit(run(sys.argv[2:]))
     logging.basicConfig(level=logging.INFO)
     import uvloop
 

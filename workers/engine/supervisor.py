@@ -26,7 +26,7 @@ import logging
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from workers.router.upstream import Upstream, UpstreamLost
@@ -90,9 +90,15 @@ class EngineSupervisor:
     """One engine process at ``url`` run from ``argv``, kept up (module docstring)."""
 
     def __init__(
-        self, argv: Sequence[str], url: str, policy: SupervisorPolicy | None = None
+        self,
+        argv: Sequence[str],
+        url: str,
+        policy: SupervisorPolicy | None = None,
+        *,
+        on_start: Callable[[EngineSupervisor], None] | None = None,
     ) -> None:
         self.argv = list(argv)
+        self.on_start = on_start  # called each time the engine has become healthy
         self.url = url
         self.policy = policy or SupervisorPolicy()
         self.process: subprocess.Popen[bytes] | None = None
@@ -124,6 +130,8 @@ class EngineSupervisor:
                 raise EngineStartFailed(f"engine exited with {self.last_exit} while starting")
             if await self.healthy():
                 log.info("engine at %s is up (start %d)", self.url, self.starts)
+                if self.on_start is not None:
+                    self.on_start(self)
                 return
             await asyncio.sleep(self.policy.health_interval_s)
         await self._terminate()
@@ -171,9 +179,11 @@ class EngineSupervisor:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, self.policy.backoff_max_s)
 
-    def supervise(self) -> None:
-        """Run :meth:`run` in the background of the running loop."""
+    def supervise(self) -> asyncio.Task[None]:
+        """Run :meth:`run` in the background of the running loop; the task ends when the
+        supervisor gives up or is stopped."""
         self._task = asyncio.get_running_loop().create_task(self.run())
+        return self._task
 
     async def idle(self) -> bool:
         """Nothing runs or queues on the engine, by its own metrics (False when unreadable)."""
