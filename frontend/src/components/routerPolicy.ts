@@ -1,12 +1,13 @@
 // The live LLM routers' policy on the Rollouts page: each router's routing policy and length
-// predictor, who changed it and when, and (for the admin role) a form to change it; the router
-// adopts a change without a restart. Errors from the API name their field.
+// predictor, who changed it and when, and (for the admin role only: the API refuses others with
+// 403) a form to change it; the router adopts a change without a restart. Errors from the API
+// name their field.
 
 import { apiPost } from "../api";
 import { h, replace } from "../dom";
 import type { RouterPolicies, RouterPolicyRow } from "../planeTypes";
 
-export function routerPolicyPanel(): { element: HTMLElement; render(data: RouterPolicies | undefined): void } {
+export function routerPolicyPanel(canChange: boolean): { element: HTMLElement; render(data: RouterPolicies | undefined): void } {
   const list = h("div", { "data-router-policies": "" });
   const status = h("p", { class: "muted", role: "status", "data-router-policy-status": "" });
   const routerInput = h("input", { name: "router", type: "text", placeholder: "router name", size: 12, required: true });
@@ -49,8 +50,9 @@ export function routerPolicyPanel(): { element: HTMLElement; render(data: Router
     );
   });
 
+  const readOnly = h("p", { class: "muted", "data-router-policy-read-only": "" }, "Changing a router's policy needs the admin role.");
   return {
-    element: h("div", {}, list, form, status),
+    element: canChange ? h("div", {}, list, form, status) : h("div", {}, list, readOnly),
     render(data) {
       if (!data) return;
       if (!choicesShown) {

@@ -18,11 +18,11 @@ class FakeLive {
   }
 }
 
-function context(path: string, search: string, live: FakeLive): PageContext {
+function context(path: string, search: string, live: FakeLive, role: "admin" | "operator" = "operator"): PageContext {
   return {
     live: live as unknown as LiveSocket,
     route: matchRoute(path, search),
-    me: { username: "otto", role: "operator" },
+    me: { username: "otto", role },
     navigate: () => {},
   };
 }
@@ -130,8 +130,14 @@ describe("Rollouts page", () => {
       predictor_choices: [{ value: "prompt_history", label: "prompt history" }],
     };
     answer(data);
-    const page = rolloutsPage(context("/rollouts", "", new FakeLive()));
+    const operators = rolloutsPage(context("/rollouts", "", new FakeLive()));
     await settle();
+    expect(operators.element.querySelector('[data-router="r1"]')!.textContent).toContain("changed by ops");
+    expect(operators.element.querySelector("[data-router-policy-form]")).toBeNull(); // admin role only
+    expect(operators.element.querySelector("[data-router-policy-read-only]")).not.toBeNull();
+    const page = rolloutsPage(context("/rollouts", "", new FakeLive(), "admin"));
+    await settle();
+    expect(page.element.querySelector("[data-router-policy-read-only]")).toBeNull();
     expect(page.element.querySelector('[data-worker-kv="w1"]')!.textContent).toBe("50%");
     expect(page.element.querySelector('[data-worker-queued="w1"]')!.textContent).toBe("7");
     expect(page.element.querySelector('[data-worker-kv="w0"]')!.textContent).toBe("not reported");

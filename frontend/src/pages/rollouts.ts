@@ -23,7 +23,7 @@ export function rolloutsPage(ctx: PageContext): Page {
   let status = ctx.route.query.get("status") || "active";
   let reported = false;
   const workers = workersTable();
-  const routers = routerPolicyPanel();
+  const routers = routerPolicyPanel(ctx.me.role === "admin");
   const trajectories = trajectoriesTable(() => reported);
   const groups = groupsTable();
   const routerGroups = routerGroupsTable();
