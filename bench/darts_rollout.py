@@ -12,6 +12,12 @@ The earlier design of this benchmark — independent one-step batches, each with
 history, compared by rollout time alone, with ``k`` re-derived per step — is kept beside as
 ``independent_batches`` (its ``darts_per_step_k`` arm is that earlier DARTS).
 
+Two diagnostics beside the targets: the share of each prompt kind Alg. 1 saturates (and so
+tail-prunes, §4.3.1), and a sweep of DARTS at fixed ``M_total`` from ``1.125`` to ``2·N·M``
+(``darts_fixed@x``) with its pruned share and step speedup: Alg. 1 equalises the marginal gains
+``w_i / (M'_i(M'_i+1))``, so the high-variance prompts fill together, and the pruned share is set
+by how the budget's extra samples compare with their capacity ``(M_up − M)`` each.
+
 The policy is stationary here: a step's lengths do not depend on what earlier steps trained on.
 DARTS's effect on the policy (darts §5.5, Tab. 3 "Distribution-Aware Sampling") is therefore not
 in these numbers; only its system-level effects are (over-sampling cost, selection, tail pruning
@@ -36,20 +42,25 @@ from workers.sim.darts.scenario import EngineName, PromptKind, ScenarioConfig, m
 
 NAME = "darts_rollout"
 ENGINES: tuple[EngineName, ...] = ("context", "legacy")
+# M_total / (N·M) of the fixed-budget DARTS arms: Eq. 9's clip range, in eighths.
+SWEEP_MULTIPLES = (1.125, 1.25, 1.5, 1.75, 2.0)
 INDEPENDENT = ("standard", "uniform", "darts_no_pruning", "darts", "darts_per_step_k")
 
 
 def time_planning(prompts: int, group_size: int, repeats: int, seed: int = 0) -> dict[str, float]:
-    """Wall time of plan_batch + select_training_groups for one batch (median over repeats)."""
+    """Wall time of plan_batch + select_training_groups for one batch (median over repeats),
+    and this process's CPU time beside it: on a shared machine the wall time includes waiting
+    for a core."""
     rng = np.random.default_rng(seed)
     config = DartsConfig(group_size=group_size)
     upper = config.upper_bound
     samples: list[float] = []
+    cpu: list[float] = []
     for _ in range(repeats):
         stds = rng.lognormal(6.0, 1.0, prompts)
         lengths = rng.lognormal(6.5, 1.0, (prompts, upper))
         truncated = lengths > 4000
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         plan = plan_batch(
             stds, config=config, rho=0.8, cost_slope=1.0, total_budget=prompts * group_size * 3 // 2
         )
@@ -58,10 +69,12 @@ def time_planning(prompts: int, group_size: int, repeats: int, seed: int = 0) ->
             lengths, present, truncated, plan.shortest_only, group_size=group_size
         )
         samples.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - cpu_started)
         assert int(kept.sum()) == prompts * group_size
     return {
         "median_ms": float(np.median(samples) * 1e3),
         "p90_ms": float(np.percentile(samples, 90) * 1e3),
+        "cpu_median_ms": float(np.median(cpu) * 1e3),
     }
 
 
@@ -82,6 +95,49 @@ def kept_mean_by_kind(
         for index, length in zip(stream, result.tokens[result.kept], strict=True):
             totals[kinds[int(index)]].append(float(length))
     return {k: float(np.mean(v)) if v else 0.0 for k, v in totals.items()}
+
+
+def pruned_share_by_kind(
+    series: EpochSeries, name: str, kinds: list[str], prompts: int, upper: int
+) -> dict[str, dict[str, float]]:
+    """Per prompt kind: how many prompts the strategy saw and the share Alg. 1 saturated
+    (``M'_i = M_up``: tail-pruned, §4.3.1)."""
+    seen: dict[str, int] = {k.value: 0 for k in PromptKind}
+    saturated: dict[str, int] = dict.fromkeys(seen, 0)
+    for step, result in enumerate(series.results[name]):
+        for index, allocated in enumerate(result.allocations):
+            kind = kinds[step * prompts + index]
+            seen[kind] += 1
+            saturated[kind] += int(allocated >= upper)
+    return {
+        kind: {
+            "prompts": float(seen[kind]),
+            "saturated_share": saturated[kind] / max(1, seen[kind]),
+        }
+        for kind in seen
+    }
+
+
+def budget_sweep(
+    summary: dict[str, dict[str, float]], series: EpochSeries, config: ScenarioConfig
+) -> dict[str, dict[str, float]]:
+    """DARTS at each fixed ``M_total``: step speedup over standard, pruned share, tokens."""
+    standard = summary["standard"]
+    sweep = {}
+    for multiple in config.fixed_budget_multiples:
+        name = f"darts_fixed@{multiple:g}"
+        arm = summary[name]
+        pruned = [r.pruned_prompts / config.prompts for r in series.results[name]]
+        sweep[name] = {
+            "budget_multiple": multiple,
+            "step_speedup_vs_standard": standard["epoch_seconds"] / arm["epoch_seconds"],
+            "rollout_speedup_vs_standard": standard["rollout_seconds_total"]
+            / arm["rollout_seconds_total"],
+            "pruned_prompt_share": float(np.mean(pruned)),
+            "tokens_per_group_vs_standard": arm["tokens_generated_per_group"]
+            / standard["tokens_generated_per_group"],
+        }
+    return sweep
 
 
 def summarise(series: EpochSeries) -> dict[str, dict[str, float]]:
@@ -174,6 +230,14 @@ def engine_block(config: ScenarioConfig, seed: int) -> tuple[dict, dict[str, flo
         "necessary_tail_kept_length_vs_standard": by_kind["darts"]["necessary_tail"]
         / by_kind["standard"]["necessary_tail"],
     }
+    # the rule before ρ_t weighed prompts equally, kept beside
+    headline["pool_moments_step_speedup_vs_standard"] = (
+        standard["epoch_seconds"] / summary["darts_pool_moments"]["epoch_seconds"]
+    )
+    headline["pool_moments_budget_multiple_mean"] = float(
+        np.mean(series.budgets["darts_pool_moments"]) / nm
+    )
+    headline["heavy_prompt_share"] = float(np.mean([k != PromptKind.CONCISE.value for k in kinds]))
     censoring = censoring_summary(series)
     headline["km_error_vs_finished_only"] = (
         censoring["km_mean_abs_error"] / censoring["finished_only_mean_abs_error"]
@@ -185,7 +249,12 @@ def engine_block(config: ScenarioConfig, seed: int) -> tuple[dict, dict[str, flo
         "kept_mean_length_by_kind": by_kind,
         "darts_budget_per_step": series.budgets["darts"],
         "darts_per_step_k_budget_per_step": series.budgets.get("darts_per_step_k", []),
+        "darts_pool_moments_budget_per_step": series.budgets["darts_pool_moments"],
         "darts_pruned_share_per_step": pruned,
+        "darts_saturated_share_by_kind": pruned_share_by_kind(
+            series, "darts", kinds, config.prompts, 2 * config.group_size
+        ),
+        "budget_sweep": budget_sweep(summary, series, config),
         "censoring": censoring,
         "cost_slope_k": series.cost_slope,
         "trade_off_lambda": series.trade_off,
@@ -275,7 +344,11 @@ def plot(blocks: dict[str, dict]) -> str:
 
 
 def run(quick: bool) -> BenchReport:
-    base = ScenarioConfig(prompts=32 if quick else 64, steps=4 if quick else 16)
+    base = ScenarioConfig(
+        prompts=32 if quick else 64,
+        steps=4 if quick else 16,
+        fixed_budget_multiples=SWEEP_MULTIPLES,
+    )
     seed = 2024
     blocks: dict[str, dict] = {}
     targets: list[Target] = []
@@ -302,6 +375,7 @@ def run(quick: bool) -> BenchReport:
             "history_epochs": base.history_epochs,
             "budget_target_multiple": base.budget_target_multiple,
             "tail_overprovision": list(base.tail_overprovision),
+            "fixed_budget_multiples": list(base.fixed_budget_multiples),
             "baseline_streaming": base.baseline_streaming,
             "darts_streaming": base.darts_streaming,
             "trainer": {

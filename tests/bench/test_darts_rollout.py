@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from bench.darts_rollout import engine_block, engine_targets, run_independent, time_planning
@@ -32,3 +34,15 @@ def test_independent_batches_keep_the_earlier_design():
 def test_planning_timer_reports_positive_times():
     timing = time_planning(prompts=16, group_size=4, repeats=3)
     assert 0 < timing["median_ms"] <= timing["p90_ms"]
+
+
+def test_budget_sweep_and_saturation_by_kind_are_reported():
+    block, headline = engine_block(replace(TINY, fixed_budget_multiples=(1.0, 2.0)), seed=7)
+    sweep = block["budget_sweep"]
+    assert set(sweep) == {"darts_fixed@1", "darts_fixed@2"}
+    assert sweep["darts_fixed@1"]["pruned_prompt_share"] == 0.0
+    assert sweep["darts_fixed@2"]["budget_multiple"] == 2.0
+    by_kind = block["darts_saturated_share_by_kind"]
+    assert sum(k["prompts"] for k in by_kind.values()) == TINY.prompts * TINY.steps
+    assert all(0.0 <= k["saturated_share"] <= 1.0 for k in by_kind.values())
+    assert 0.0 <= headline["heavy_prompt_share"] <= 1.0

@@ -78,14 +78,19 @@ class LengthMomentsEMA:
         self,
         lengths: Sequence[float] | np.ndarray,
         censored: Sequence[bool] | np.ndarray | None = None,
+        weights: Sequence[float] | np.ndarray | None = None,
     ) -> None:
+        """Fold one batch in. ``weights`` per sample: pass ``1/M'_i`` for prompt ``i``'s
+        candidates to weigh every prompt equally, as a dataset-level statistic (App. B) does,
+        instead of by its redundancy budget, which Alg. 1 sets from the very spread measured."""
         values = np.asarray(lengths, dtype=float)
         if values.size == 0:
             return
-        if censored is None:
+        if censored is None and weights is None:
             batch_mean, batch_std = float(values.mean()), float(values.std())
         else:
-            batch_mean, batch_std = censored_moments(values, censored)
+            flags = np.zeros(values.shape, dtype=bool) if censored is None else censored
+            batch_mean, batch_std = censored_moments(values, flags, weights)
         if self.mean is None or self.std is None:
             self.mean, self.std = batch_mean, batch_std
             return

@@ -12,6 +12,8 @@ from typing import Protocol
 
 import numpy as np
 
+from workers.algorithms.darts.moments import censored_moments
+
 PromptId = Hashable
 
 
@@ -22,8 +24,14 @@ class LengthVarianceStore(Protocol):
         """σ̂² per prompt, ``nan`` for a prompt never observed."""
         ...
 
-    def observe(self, prompt_id: PromptId, lengths: Sequence[float] | np.ndarray) -> None:
-        """Fold one epoch's observed lengths of a prompt (its whole candidate pool) into the EMA."""
+    def observe(
+        self,
+        prompt_id: PromptId,
+        lengths: Sequence[float] | np.ndarray,
+        censored: Sequence[bool] | np.ndarray | None = None,
+    ) -> None:
+        """Fold one epoch's observed lengths of a prompt (its whole candidate pool) into the EMA;
+        ``censored`` marks lengths that are only lower bounds (aborted or length-capped)."""
         ...
 
 
@@ -39,11 +47,22 @@ class InMemoryLengthVarianceStore:
     def variances(self, prompt_ids: Sequence[PromptId]) -> np.ndarray:
         return np.array([self._variance.get(p, np.nan) for p in prompt_ids], dtype=float)
 
-    def observe(self, prompt_id: PromptId, lengths: Sequence[float] | np.ndarray) -> None:
+    def observe(
+        self,
+        prompt_id: PromptId,
+        lengths: Sequence[float] | np.ndarray,
+        censored: Sequence[bool] | np.ndarray | None = None,
+    ) -> None:
+        """With ``censored``, the pool's variance is the Kaplan–Meier one (``moments``): early stop
+        (darts §4.3.1) aborts exactly a pruned prompt's longest candidates, so their partial
+        lengths taken as final would understate the spread that made Alg. 1 saturate it."""
         values = np.asarray(lengths, dtype=float)
         if values.size < 2:
             return  # one sample says nothing about spread
-        variance = float(values.var())
+        if censored is None:
+            variance = float(values.var())
+        else:
+            variance = censored_moments(values, censored)[1] ** 2
         previous = self._variance.get(prompt_id)
         if previous is None:
             self._variance[prompt_id] = variance

@@ -9,12 +9,20 @@
 - ``darts_sample``: the same rollouts handed to the trainer by sample-level streaming;
 - ``darts_per_step_k``: the earlier budget rule kept beside the new one — ``k`` re-derived every
   step from that step's mean length and the moments from finished samples only;
-- ``tail_batching@r``: Tail Batching at ``N' = r·N`` (:mod:`workers.sim.darts.tail_batching`).
+- ``darts_pool_moments``: ``darts`` with ``ρ_t``'s moments over the candidate pools as drawn,
+  every sample weighing the same (the rule before ``darts`` weighed each prompt equally);
+- ``tail_batching@r``: Tail Batching at ``N' = r·N`` (:mod:`workers.sim.darts.tail_batching`);
+- ``darts_fixed@x``: DARTS with ``M_total = x·N·M`` every step (``config.fixed_budget_multiples``),
+  the same allocation rule, pruning and early stop: how the pruned share and the step time follow
+  the budget.
 
 DARTS's budget (App. B): ``k`` from the PTL curve (the legacy engine's, or one profiled from the
 context engine at the workload's mean context) and the cluster once, λ calibrated so the first
 step's budget is ``budget_target_multiple·N·M``; after each step ``ρ_t``'s moments take that
-step's lengths, aborted and length-capped ones as censored (Kaplan–Meier).
+step's lengths, aborted and length-capped ones as censored (Kaplan–Meier), each prompt's
+candidates weighted ``1/M'_i``. ``ρ_t`` is a dataset-level statistic (App. B); Alg. 1 gives the
+high-variance prompts up to twice the candidates, and unweighted pools would measure the
+allocation's own tilt toward them rather than the dataset.
 """
 
 from __future__ import annotations
@@ -86,9 +94,12 @@ def observed_lengths(result: StrategyResult) -> tuple[np.ndarray, np.ndarray]:
 class _Budget:
     """DARTS's App. B state: moments, the variance store, ``k`` and λ."""
 
-    def __init__(self, config: ScenarioConfig, per_step_k: bool) -> None:
+    def __init__(
+        self, config: ScenarioConfig, per_step_k: bool, prompt_weighted: bool = True
+    ) -> None:
         self.config = config
         self.per_step_k = per_step_k
+        self.prompt_weighted = prompt_weighted
         self.moments = LengthMomentsEMA()
         self.slope = 0.0
         self.trade_off: float | None = None
@@ -132,6 +143,9 @@ class _Budget:
         if self.per_step_k:
             self.moments.update(lengths[~censored])
             self.slope = self.slope_now()
+        elif self.prompt_weighted:
+            weights = 1.0 / result.allocations[result.prompt].astype(float)
+            self.moments.update(lengths, censored, weights)
         else:
             self.moments.update(lengths, censored)
 
@@ -151,6 +165,8 @@ def run_epoch(
     store = InMemoryLengthVarianceStore()
     budgets = {"darts": _Budget(config, per_step_k=False)}
     wanted = set(strategies) if strategies is not None else None
+    if wanted is None or "darts_pool_moments" in wanted:
+        budgets["darts_pool_moments"] = _Budget(config, per_step_k=False, prompt_weighted=False)
     if wanted is None or "darts_per_step_k" in wanted:
         budgets["darts_per_step_k"] = _Budget(config, per_step_k=True)
     for epoch in range(config.history_epochs):
@@ -214,15 +230,24 @@ def run_epoch(
                 [("darts", config.darts_streaming), ("darts_sample", config.baseline_streaming)],
             ),
         ]
-        if "darts_per_step_k" in plans:
-            runs.append(
-                (
-                    "darts_per_step_k",
-                    plans["darts_per_step_k"].allocations,
-                    True,
-                    [("darts_per_step_k", config.darts_streaming)],
-                )
+        for multiple in config.fixed_budget_multiples:
+            name = f"darts_fixed@{multiple:g}"
+            if not want(name):
+                continue
+            fixed = plan_batch(
+                stds,
+                config=DartsConfig(group_size=m),
+                rho=0.0,
+                cost_slope=1.0,
+                total_budget=round(multiple * n * m),
             )
+            series.budgets.setdefault(name, []).append(fixed.total_budget)
+            runs.append((name, fixed.allocations, True, [(name, config.darts_streaming)]))
+        for other in ("darts_pool_moments", "darts_per_step_k"):
+            if other in plans:
+                runs.append(
+                    (other, plans[other].allocations, True, [(other, config.darts_streaming)])
+                )
         for rollout_name, allocations, pruning, views in runs:
             if not any(want(v) for v, _ in views):
                 continue

@@ -55,6 +55,8 @@ class ScenarioConfig:
     with the batch's KV tokens, chunked prefill, a bounded KV pool). ``prompt_tokens``: every
     prompt's context (our assumption: math prompts are short beside their responses).
     ``tail_overprovision``: Tail Batching's ``N'/N`` settings, the best of which is its result.
+    ``fixed_budget_multiples``: DARTS (allocation, tail pruning, early stop) at ``M_total`` fixed
+    to these multiples of ``N·M`` instead of Eq. 9's, one arm each (a sweep, not a baseline).
     ``streaming``: how each system hands rollout output to the trainer.
     """
 
@@ -74,6 +76,7 @@ class ScenarioConfig:
     prompt_tokens: int = 0
     steps: int = 16
     tail_overprovision: tuple[float, ...] = (1.125, 1.25, 1.5, 2.0, 3.0)
+    fixed_budget_multiples: tuple[float, ...] = ()
     trainer: TrainerModel = field(default_factory=TrainerModel)
     baseline_streaming: Streaming = "sample"
     darts_streaming: Streaming = "token"

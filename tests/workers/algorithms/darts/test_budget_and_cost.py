@@ -120,3 +120,22 @@ def test_variance_store_ema_and_unseen_fill():
     stds = smoothed_stds(store, ["a", "b", "c"])
     assert stds[2] == pytest.approx(np.sqrt(np.median([50.0, 400.0])))
     assert smoothed_stds(InMemoryLengthVarianceStore(), ["x", "y"]).tolist() == [0.0, 0.0]
+
+
+def test_variance_store_counts_aborted_lengths_as_lower_bounds():
+    lengths = [10, 20, 30, 35, 35]
+    aborted = [False, False, False, True, True]  # early stop cut the two longest at 35
+    plain, censored = InMemoryLengthVarianceStore(), InMemoryLengthVarianceStore()
+    plain.observe("p", lengths)
+    censored.observe("p", lengths, aborted)
+    assert plain.variances(["p"])[0] == pytest.approx(np.var(lengths))
+    # Kaplan–Meier with Efron's tail: the censored mass sits on the largest length, as here
+    assert censored.variances(["p"])[0] == pytest.approx(np.var(lengths))
+    uncensored = InMemoryLengthVarianceStore()
+    uncensored.observe("p", lengths, [False] * 5)
+    assert uncensored.variances(["p"])[0] == pytest.approx(np.var(lengths))
+    early = InMemoryLengthVarianceStore()
+    early.observe("p", [10, 20, 30, 12, 14], [False, False, False, True, True])
+    raw = InMemoryLengthVarianceStore()
+    raw.observe("p", [10, 20, 30, 12, 14])
+    assert early.variances(["p"])[0] > raw.variances(["p"])[0]

@@ -73,3 +73,22 @@ def test_calibrated_trade_off_puts_first_budget_at_target():
     assert calibrate_trade_off(rho=0.0, cost_slope=slope, target_budget=10) == 0.0
     with pytest.raises(ValueError):
         calibrate_trade_off(rho=rho, cost_slope=slope, target_budget=0)
+
+
+def test_weighted_moments_weigh_each_prompt_equally():
+    # prompt A drew 4 candidates of 10, prompt B 2 of 40: per prompt, the mean is 25
+    lengths = [10, 10, 10, 10, 40, 40]
+    weights = [0.25] * 4 + [0.5] * 2
+    mean, std = censored_moments(lengths, [False] * 6, weights)
+    assert mean == pytest.approx(25.0)
+    assert std == pytest.approx(15.0)
+    assert censored_moments(lengths, [False] * 6, [1.0] * 6) == pytest.approx(
+        censored_moments(lengths, [False] * 6)
+    )
+    _values, masses = kaplan_meier_masses([1, 2, 10], [False, True, False], [2.0, 1.0, 1.0])
+    assert masses.tolist() == pytest.approx([0.5, 0.0, 0.5])
+    with pytest.raises(ValueError, match="weights"):
+        censored_moments([1, 2], [False, False], [1.0, 0.0])
+    moments = LengthMomentsEMA()
+    moments.update(lengths, weights=weights)
+    assert moments.mean == pytest.approx(25.0)

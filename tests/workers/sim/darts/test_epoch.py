@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -26,7 +28,15 @@ def test_every_strategy_trains_every_prompt_once():
         kept = sum(int(r.kept.sum()) for r in results)
         assert kept == groups * TINY.group_size, name
         assert all(s > 0 for s in series.step_seconds[name])
-    assert {"standard", "darts", "darts_per_step_k", "tail_batching@1.5"} <= set(series.results)
+    assert {
+        "standard",
+        "darts",
+        "darts_pool_moments",
+        "darts_per_step_k",
+        "tail_batching@1.5",
+    } <= set(series.results)
+    # the same first budget (λ calibrated on the same history); ρ_t's weighting differs after
+    assert series.budgets["darts"][0] == series.budgets["darts_pool_moments"][0]
 
 
 def test_first_budget_lands_on_the_target_and_k_is_fixed():
@@ -73,3 +83,18 @@ def test_tail_batching_defers_and_recomputes():
     assert any(r.name == "tail_batching_long" for r in rounds)
     with pytest.raises(ValueError):
         run_tail_batching(config, pools, ratio=0.5)
+
+
+def test_fixed_budget_arms_hold_their_budget_and_prune_only_when_saturated():
+    config = replace(TINY, fixed_budget_multiples=(1.0, 2.0))
+    series = epoch(config)
+    nm, m = TINY.prompts * TINY.group_size, TINY.group_size
+    assert series.budgets["darts_fixed@1"] == [nm] * TINY.steps
+    assert series.budgets["darts_fixed@2"] == [2 * nm] * TINY.steps
+    for result in series.results["darts_fixed@1"]:
+        assert result.allocations.tolist() == [m] * TINY.prompts
+        assert result.samples_aborted == 0
+    for result in series.results["darts_fixed@2"]:
+        assert result.allocations.tolist() == [2 * m] * TINY.prompts
+        assert int(result.kept.sum()) == nm  # every prompt tail-pruned, M kept each
+    assert sum(r.samples_aborted for r in series.results["darts_fixed@2"]) > 0
