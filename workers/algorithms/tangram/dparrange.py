@@ -88,8 +88,9 @@ class _BasicArrangement:
             raise ValueError(f"prefix {prefix} cannot be arranged in the free units")
         units = [0] * prefix
         state = self.best_state[prefix]
+        choices = self.choices
         for i in range(prefix - 1, -1, -1):
-            k = int(self.choices[i][state])
+            k: int = choices[i].item(state)  # a Python int, without a numpy scalar between
             units[i] = k
             state -= k
         return units

@@ -52,6 +52,11 @@ class Waiting:
     # the price envelope of the estimate's allocation (``sizing.UnitSizing.efficient_demand``)
     envelope: tuple[list[float], list[tuple[int, float]]] | None = field(default=None, repr=False)
     envelope_stamp: int | None = None  # the policy epoch it was worked out under
+    # the allocations Alg. 2 explores when it is the first remaining action, and its work at
+    # its least units, with the stamp they were worked out under (``sizing.UnitSizing.explored``)
+    explored: tuple[object, tuple[list[tuple[int, float]], float]] | None = field(
+        default=None, repr=False
+    )
 
 
 @dataclass

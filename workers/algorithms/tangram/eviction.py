@@ -124,8 +124,8 @@ class ElasticAllocation:
                 price = holding_price(sharing, len(held) + operator.free_units)
             costs = [self._cost_table(c, key, operator.table_width, price) for c in members]
             arrangement = operator.arrange_prefixes(costs)
-            rest_demands = [self._demand(entry, price) for entry in rest]
-            member_demands = [self._demand(c.entry, price) for c in members]
+            rest_demands = self._demands(rest, price)
+            member_demands = self._demands([c.entry for c in members], price)
             single_from = [True] * (len(members) + 1)
             for index in range(len(members) - 1, -1, -1):
                 single_from[index] = single_from[index + 1] and member_demands[index][0] <= 1
@@ -199,26 +199,24 @@ class ElasticAllocation:
             cand.costs = cand.durations + (price * t1) * shape.wasted_work()
         return cand.costs
 
-    def _priced(self, spec: ActionSpec, price: float) -> list[Option]:
+    def _priced(self, entry: Waiting, price: float) -> list[Option]:
         """Alg. 2's explored allocations of the first remaining action, each with the holding
         charge DPArrange would add (so deferring never looks cheaper only for being unpriced)."""
-        options = self.sizing.first_options(spec)
+        options, floor = self.sizing.explored(entry)
         if price <= 0.0 or len(options) == 1:
             return [(units, seconds, 0.0) for units, seconds in options]
-        least_units, least_seconds = self.sizing.min_demand(spec)
-        floor = least_units * least_seconds
         return [
             (units, seconds, price * max(0.0, units * seconds - floor))
             for units, seconds in options
         ]
 
-    def _demand(self, entry: Waiting, price: float) -> Demand:
-        """The units and seconds Alg. 2's estimate places a remaining action at: its minimum
+    def _demands(self, entries: list[Waiting], price: float) -> list[Demand]:
+        """The units and seconds Alg. 2's estimate places each remaining action at: its minimum
         (the paper) or, in a priced split under the "efficient" model, the allocation the
         holding price would give it (``sizing.UnitSizing.efficient_demand``)."""
         if price > 0.0 and self.rest_model == "efficient":
-            return self.sizing.efficient_demand(entry, price)
-        return self.sizing.waiting_demand(entry)
+            return self.sizing.efficient_demands(entries, price)
+        return [self.sizing.waiting_demand(entry) for entry in entries]
 
     def _held_units(self, group: Hashable, key: str, others: list[Candidate]) -> list[float]:
         """Release times of the ``key`` units that running actions and the other admitted
@@ -246,17 +244,17 @@ class ElasticAllocation:
         idle = max(0, split.free_units - sum(alloc))
         next_pass = min(split.held[0] if split.held else math.inf, min(ends, default=math.inf))
         profile = [0.0 if next_pass == math.inf else next_pass] * idle + split.held
-        if alloc:
-            profile += np.repeat(ends, alloc).tolist()
+        for end, units in zip(ends, alloc, strict=True):
+            profile += [end] * units  # one entry per unit: a few candidates, no array needed
         first: list[Option] = []
         later: list[Demand] = []
         single = split.rest_single
         if prefix < len(split.members):
-            first = self._priced(split.members[prefix].entry.spec, split.price)
+            first = self._priced(split.members[prefix].entry, split.price)
             single = single and split.members_single_from[prefix + 1]
             later = split.member_demands[prefix + 1 :] + split.rest_demands
         elif split.rest:
-            first = self._priced(split.rest[0].spec, split.price)
+            first = self._priced(split.rest[0], split.price)
             later = split.rest_demands[1:]
         return approximated_objective(
             split.arrangement.best_cost(prefix), profile, first, later, single, limit

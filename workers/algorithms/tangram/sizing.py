@@ -14,6 +14,7 @@ non-scalable actions, which keep their minimum units (§4.2).
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
@@ -29,6 +30,7 @@ from workers.algorithms.tangram.action import (
 )
 from workers.algorithms.tangram.entries import Waiting
 from workers.algorithms.tangram.history import DurationHistory
+from workers.algorithms.tangram.objective import Demand
 from workers.algorithms.tangram.topology.base import Topology
 
 
@@ -191,6 +193,39 @@ class UnitSizing:
         inverse = _inverse_speedup(spec.elasticity, units[-1] + 1)
         t1 = self.t1(spec)
         return [(u, t1 * float(inverse[u])) for u in units]
+
+    def explored(self, entry: Waiting) -> tuple[list[tuple[int, float]], float]:
+        """``first_options`` of a waiting action and its work at its least units (``min_demand``'s
+        units times seconds), kept on the entry while the policy, the action's options and its
+        ``T1`` stay the same: a deferred action is the first remaining action of a trial again
+        in the next pass."""
+        spec = entry.spec
+        scalable = self.policy.algorithm == "elastic" and spec.scalable
+        stamp = (self._policy_epoch, self.options(spec) if scalable else None, self.t1(spec))
+        cached = entry.explored
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        least_units, least_seconds = self.min_demand(spec)
+        explored = (self.first_options(spec), least_units * least_seconds)
+        entry.explored = (stamp, explored)
+        return explored
+
+    def efficient_demands(self, entries: Iterable[Waiting], price: float) -> list[Demand]:
+        """``efficient_demand`` of each entry: the cached envelopes read in one loop (a pass
+        reads one per remaining action)."""
+        epoch = self._policy_epoch
+        if self.policy.min_dop is not None:
+            return [self.efficient_demand(entry, price) for entry in entries]
+        demands: list[Demand] = []
+        append = demands.append
+        for entry in entries:
+            envelope = entry.envelope
+            if entry.envelope_stamp != epoch or envelope is None:
+                append(self.efficient_demand(entry, price))
+            else:
+                thresholds, options = envelope
+                append(options[bisect_right(thresholds, price)])
+        return demands
 
     def efficient_demand(self, entry: Waiting, price: float) -> tuple[int, float]:
         """Key units and seconds Alg. 2's estimate gives a *remaining* action in a priced split
