@@ -15,11 +15,15 @@ reads interfere, the KV pool bounds admission and migrations); the legacy engine
 beside it (with the earlier bench's 800 K tokens of LRU prefix cache per GPU, an H200-class GPU
 serving an 8B model; the context engine's KV pool comes from its own model).
 ``heddle_dp_migration_oracle`` (perfect lengths) separates the algorithm from the predictor's
-error; it is not part of the target. The DP charges each member's own growing context under the
-context engine; the earlier DP, whose interference curve was profiled at the mean context, is
-reported beside it (``heddle_dp_migration_mean_context_planner``). Every row's ``breakdown``
-splits the critical trajectory (the last to finish) into heddle formula 1's parts and sums them
-over all trajectories; ``why`` compares DP + migration with the best baseline.
+error, and ``heddle_dp_no_migration`` (the DP's placement kept to the end) what migration adds;
+neither is part of the target. ``light_load`` repeats the coding comparison under the context
+engine with a third of the prompts, below the KV pools' capacity (not a target; added after the
+full runs had shown the DP's short-trajectory groups overcommitting the pools). The DP charges
+each member's own growing context under the context engine; the earlier DP, whose interference
+curve was profiled at the mean context, is reported beside it
+(``heddle_dp_migration_mean_context_planner``). Every row's ``breakdown`` splits the critical
+trajectory (the last to finish) into heddle formula 1's parts and sums them over all
+trajectories; ``why`` compares DP + migration with the best baseline.
 """
 
 from __future__ import annotations
@@ -48,6 +52,10 @@ NAME = "heddle_placement"
 OURS = "heddle_dp_migration"
 BASELINES = ("cache_aware", "least_load", "least_load_router_default", "least_inflight")
 MEAN_CONTEXT = f"{OURS}_mean_context_planner"
+NO_MIGRATION = "heddle_dp_no_migration"
+# a lighter operating point beside the target's (not a target): the same coding prompts' trace
+# with a third of the prompts, so the trajectories per worker sit under what the KV pool holds
+LIGHT_LOAD_PROMPTS = 16
 
 
 def systems() -> list[SystemConfig]:
@@ -62,6 +70,7 @@ def systems() -> list[SystemConfig]:
             migration=True,
             context_aware_planner=False,
         ),
+        SystemConfig(NO_MIGRATION, pps, PlacementPolicy.HEDDLE_DP, mp_degree=1),
         SystemConfig("cache_aware", pps, PlacementPolicy.CACHE_AWARE, mp_degree=1),
         SystemConfig(
             "least_load", pps, PlacementPolicy.SGLANG_ROUTER, mp_degree=1, router=SLIME_ROUTER
@@ -99,7 +108,7 @@ def run_core(prompts: int, gpus: int, profiles: list[str], engines: list[str]) -
             best = max(BASELINES, key=lambda n: rows[n]["throughput_tokens_per_s"])
             best_value = rows[best]["throughput_tokens_per_s"]
             rows["best_baseline"] = best
-            for name in (OURS, MEAN_CONTEXT, f"{OURS}_oracle"):
+            for name in (OURS, MEAN_CONTEXT, NO_MIGRATION, f"{OURS}_oracle"):
                 rows[f"{name}_over_best_baseline"] = rows[name]["throughput_tokens_per_s"] / (
                     best_value
                 )
@@ -128,6 +137,12 @@ def run(quick: bool = False) -> BenchReport:
         }
     )
     series = run_core(**params)  # type: ignore[arg-type]
+    if not quick:
+        series["light_load"] = {
+            "prompts": LIGHT_LOAD_PROMPTS,
+            "gpus": params["gpus"],
+            **run_core(LIGHT_LOAD_PROMPTS, params["gpus"], ["coding"], ["context"]),  # type: ignore[arg-type]
+        }
     report = BenchReport(
         NAME,
         quick,
@@ -154,9 +169,9 @@ def run(quick: bool = False) -> BenchReport:
 
 
 def _plot(series: dict) -> None:
-    engines = list(series)
+    engines = [engine for engine in series if engine in ENGINES]
     profiles = list(series[engines[0]])
-    names = [OURS, MEAN_CONTEXT, *BASELINES, f"{OURS}_oracle"]
+    names = [OURS, MEAN_CONTEXT, NO_MIGRATION, *BASELINES, f"{OURS}_oracle"]
     fig, axes = plt.subplots(1, len(engines), figsize=(6 * len(engines), 4), squeeze=False)
     width = 0.8 / len(names)
     for ax, engine in zip(axes[0], engines, strict=True):

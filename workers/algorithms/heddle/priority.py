@@ -36,6 +36,11 @@ class PriorityPolicy(enum.StrEnum):
         """Only PPS preempts (heddle §4.2 "Preemptive Execution")."""
         return self is PriorityPolicy.PPS
 
+    @property
+    def uses_prediction(self) -> bool:
+        """The priority follows the predicted length, so a refreshed prediction re-keys it."""
+        return self in (PriorityPolicy.PPS, PriorityPolicy.SHORTEST_FIRST)
+
 
 def request_priority(
     policy: PriorityPolicy,

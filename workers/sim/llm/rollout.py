@@ -414,8 +414,26 @@ class RolloutSimulation:
         remaining = self.predictor.predict_many([self._context(t) for t in batch])
         for t, rest in zip(batch, remaining, strict=True):
             t.predicted_total = t.tokens_so_far + float(rest)
+            if not (t.in_tool or t.waiting_for_migration):
+                self._reprioritize(t)
         if self.system.migration and self.system.placement is PlacementPolicy.HEDDLE_DP:
             self._plan_migrations(ids)
+
+    def _reprioritize(self, t: _Trajectory) -> None:
+        """A prediction that lands after the tool call ended (a tool call shorter than the
+        predictor's latency) re-keys the step already submitted, pending or running: PPS
+        reorders the workers' queues as predictions improve (heddle §4.2), it does not wait for
+        the trajectory's next step."""
+        policy = self.system.priority
+        if not (self.system.reprioritize_submitted and policy.uses_prediction):
+            return
+        priority = request_priority(
+            policy,
+            predicted_total_tokens=t.predicted_total,
+            trajectory_arrival=float(t.index),
+            step_submitted_at=self.loop.now,  # unused by the prediction-driven policies
+        )
+        self.workers[t.worker].reprioritize(f"{t.record.trajectory_id}#{t.next_step}", priority)
 
     # ------------------------------------------------------------------ migration
     def _plan_migrations(self, changed: list[str]) -> None:

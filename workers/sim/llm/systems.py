@@ -35,7 +35,10 @@ class SystemConfig:
     the DP and the annealer charge each member's own growing context (``placement``'s context
     charge, context engine and fluid model only) and the annealer scores plans with the same
     per-degree batch caps as the dispatch-time DP; ``False`` is the earlier planner, whose α was
-    profiled at the mean context."""
+    profiled at the mean context. ``reprioritize_submitted``: a prediction that lands after its
+    step was submitted (a tool call shorter than the predictor's latency) re-keys that request on
+    its worker (heddle §4.2); ``False`` is the earlier simulator, where it waited for the next
+    step."""
 
     name: str
     priority: PriorityPolicy = PriorityPolicy.ROUND_ROBIN
@@ -45,6 +48,7 @@ class SystemConfig:
     router: CacheAwareConfig = field(default_factory=CacheAwareConfig)
     per_degree_profile: bool = True
     context_aware_planner: bool = True
+    reprioritize_submitted: bool = True
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ comes from a :mod:`workers.sim.llm.cost` model:
 - **Priorities**: pending requests are ordered by ``priority`` (higher first, FIFO among equals);
   with ``preemptive=True`` a pending request that outranks the lowest-priority running request
   preempts it (heddle Alg. 1), its prefix cache persisting (§4.2).
+- **Reprioritize** re-keys a pending or running request (a refreshed prediction), with the same
+  preemption test.
 - **Abort** removes a pending or running request and reports the tokens generated so far.
 """
 
@@ -182,6 +184,26 @@ class LLMWorker:
         self._pending.push(request.request_id, request.priority)
         self._fill()
         self._reschedule()
+
+    def reprioritize(self, request_id: str, priority: float) -> bool:
+        """A refreshed prediction re-keys a request already here, pending or running (heddle
+        §4.2: PPS "reorders the LLM inference requests in the pending queue" as predictions
+        improve); a pending request that now outranks the lowest running one preempts it, and a
+        running one that fell below a pending one is preempted. ``False`` if it is not here."""
+        state = self._states.get(request_id)
+        if state is None:
+            return False
+        if state.request.priority == priority:
+            return True
+        self._advance()
+        state.request.priority = priority
+        if request_id in self._pending:
+            self._pending.update(request_id, priority)
+        else:
+            self._active.update(request_id, priority)
+        self._fill()
+        self._reschedule()
+        return True
 
     def abort(self, request_id: str) -> bool:
         """Early stop: drop a pending or running request; ``on_done`` gets ``aborted=True``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from workers.algorithms.heddle.prediction import (
     ProgressivePredictor,
     PromptHistoryPredictor,
     StepRecord,
+    TrajectoryContext,
     TrajectoryRecord,
 )
 from workers.algorithms.heddle.priority import PriorityPolicy
@@ -125,6 +127,44 @@ def test_pps_front_loads_the_longest_trajectory() -> None:
             result = run_rollout(records, system, scenario, oracle)
             queueing[policy] = result.outcomes["L"].queueing_seconds
         assert queueing[PriorityPolicy.PPS] < 0.2 * queueing[PriorityPolicy.ROUND_ROBIN]
+
+
+class _StepwisePredictor:
+    """Remaining tokens by trajectory and steps done (a scripted progressive predictor)."""
+
+    def __init__(self, remaining: dict[str, tuple[float, float]]) -> None:
+        self.remaining = remaining
+
+    def predict(self, context: TrajectoryContext) -> float:
+        before, after = self.remaining[str(context.trajectory_id)]
+        return before if context.steps_done == 0 else after
+
+    def predict_many(self, contexts: Sequence[TrajectoryContext]) -> np.ndarray:
+        return np.asarray([self.predict(c) for c in contexts], dtype=float)
+
+
+def test_a_prediction_landing_after_a_short_tool_call_rekeys_the_submitted_step() -> None:
+    """L's tool call (0.01 s) ends before its refreshed prediction (0.1 s batching): the step is
+    submitted with the stale, low priority. When the prediction lands, the running step is
+    re-keyed above s0's, so s0 returning from its tool call no longer preempts it."""
+    records = [
+        TrajectoryRecord("s0", "p", "g", 10, (StepRecord(5, 2.0), StepRecord(500))),
+        TrajectoryRecord("L", "p", "g", 10, (StepRecord(10, 0.01), StepRecord(1000))),
+    ]
+    predictor = _StepwisePredictor({"s0": (995.0, 495.0), "L": (50.0, 1000.0)})
+    scenario = Scenario(gpu_budget=1, max_batch_per_gpu=1, max_trajectories_per_gpu=4)
+    preemptions = {}
+    for rekey in (True, False):
+        system = SystemConfig(
+            "pps",
+            PriorityPolicy.PPS,
+            PlacementPolicy.STATIC_AFFINITY,
+            mp_degree=1,
+            reprioritize_submitted=rekey,
+        )
+        result = run_rollout(records, system, scenario, predictor)
+        preemptions[rekey] = result.outcomes["L"].timeline[1].preemptions
+    assert preemptions == {True: 0, False: 1}
 
 
 def test_heddle_migrates_during_tool_calls_and_keeps_its_caches(workload: Workload) -> None:

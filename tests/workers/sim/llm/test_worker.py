@@ -98,6 +98,41 @@ def test_preemption_of_the_lowest_priority_keeps_its_kv() -> None:
     assert low.queueing_seconds == pytest.approx(20 * 0.01)
 
 
+def rekey(worker: LLMWorker, request_id: str, priority: float) -> None:
+    assert worker.reprioritize(request_id, priority)
+
+
+def test_a_raised_priority_preempts_and_a_lowered_one_is_preempted() -> None:
+    loop = EventLoop()
+    results: dict[str, GenerationResult] = {}
+    worker = make_worker(loop, max_batch=1, preemptive=True)
+
+    def record(result: GenerationResult) -> None:
+        results[result.request_id] = result
+
+    worker.submit(GenerationRequest("first", 100, priority=5, on_done=record))
+    worker.submit(GenerationRequest("second", 20, priority=1, on_done=record))
+    # a refreshed prediction: the pending request now outranks the running one
+    loop.after(0.5, lambda: rekey(worker, "second", 9))
+    loop.run()
+    first, second = results["first"], results["second"]
+    assert first.preemptions == 1 and second.preemptions == 0
+    assert second.finished_at == pytest.approx(0.5 + 20 * 0.01)
+    assert first.finished_at == pytest.approx(0.5 + 20 * 0.01 + 50 * 0.01)
+
+    loop = EventLoop()
+    results.clear()
+    worker = make_worker(loop, max_batch=1, preemptive=True)
+    worker.submit(GenerationRequest("first", 100, priority=5, on_done=record))
+    worker.submit(GenerationRequest("second", 20, priority=1, on_done=record))
+    # the running one falls below the pending one
+    loop.after(0.5, lambda: rekey(worker, "first", 0))
+    loop.run()
+    assert results["first"].preemptions == 1
+    assert results["second"].finished_at == pytest.approx(0.5 + 20 * 0.01)
+    assert not worker.reprioritize("gone", 3)
+
+
 def test_non_preemptive_worker_never_preempts() -> None:
     loop = EventLoop()
     worker = make_worker(loop, max_batch=1)
