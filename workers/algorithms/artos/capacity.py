@@ -12,6 +12,8 @@ Which slot the next step goes to when the buffer is full:
 
 from __future__ import annotations
 
+import heapq
+from collections import deque
 from typing import Protocol
 
 import numpy as np
@@ -52,18 +54,36 @@ def _capacity(capacity: int) -> int:
 
 
 class _SlotTable:
-    """Write order per slot (-1: free), shared by the policies."""
+    """Write order per slot (-1: free), shared by the policies.
+
+    Placing a step must not scan the whole table: a buffer of ``capacity`` slots takes a batch
+    of steps at a time, and a scan per step made a write O(capacity) per step, under the
+    buffer's lock. The lowest free slot comes from a cursor (every slot from it on was never
+    written) and a heap of released slots below it; the oldest held slot from a queue in write
+    order. Both skip stale entries lazily, so a write is amortised O(log capacity).
+    """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = _capacity(capacity)
         self.written = 0
         self.order = np.full(capacity, -1, dtype=np.int64)
         self.sampled = np.zeros(capacity, dtype=bool)
+        self._fresh = 0  # every slot from here on is free
+        self._freed: list[int] = []  # heap: released slots below ``_fresh`` (may be stale)
+        self._by_age: deque[tuple[int, int]] = deque()  # (write order, slot), oldest first
 
     def store(self, slot: int) -> int:
+        if slot >= self._fresh:  # slots skipped below it stay findable as free
+            for skipped in range(self._fresh, slot):
+                heapq.heappush(self._freed, skipped)
+            self._fresh = slot + 1
         self.order[slot] = self.written
         self.sampled[slot] = False
+        self._by_age.append((self.written, slot))
         self.written += 1
+        if len(self._by_age) > 2 * self.capacity:  # stale entries of released slots
+            held = self.occupied()
+            self._by_age = deque(zip(self.order[held].tolist(), held.tolist(), strict=True))
         return slot
 
     def mark_sampled(self, slots: list[int] | np.ndarray) -> None:
@@ -71,6 +91,9 @@ class _SlotTable:
 
     def release(self, slots: list[int] | np.ndarray) -> None:
         index = np.asarray(slots, dtype=np.int64)
+        for slot in np.unique(index[self.order[index] >= 0]).tolist():
+            if slot < self._fresh:
+                heapq.heappush(self._freed, slot)
         self.order[index] = -1
         self.sampled[index] = False
 
@@ -79,8 +102,18 @@ class _SlotTable:
         return held[np.argsort(self.order[held], kind="stable")]
 
     def first_free(self) -> int | None:
-        free = np.flatnonzero(self.order < 0)
-        return int(free[0]) if free.size else None
+        """The lowest free slot, or None when every slot holds data."""
+        while self._freed and self.order[self._freed[0]] >= 0:
+            heapq.heappop(self._freed)  # released, then written again
+        if self._freed:
+            return self._freed[0]
+        return self._fresh if self._fresh < self.capacity else None
+
+    def oldest(self) -> int:
+        """The held slot written longest ago (the table must hold data)."""
+        while self.order[self._by_age[0][1]] != self._by_age[0][0]:
+            self._by_age.popleft()  # released or overwritten since
+        return self._by_age[0][1]
 
 
 class FifoEviction(_SlotTable):
@@ -90,7 +123,7 @@ class FifoEviction(_SlotTable):
         free = self.first_free()
         if free is not None:
             return self.store(free)
-        return self.store(int(np.argmin(self.order)))
+        return self.store(self.oldest())
 
 
 class ReservoirEviction(_SlotTable):

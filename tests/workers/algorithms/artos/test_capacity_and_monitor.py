@@ -93,3 +93,74 @@ def test_monitor_bad_samples_name_the_field():
         WorkloadMonitor().record(float("nan"), 1.0)
     with pytest.raises(MonitorError, match=r"^window"):
         WorkloadMonitor(window=1)
+
+
+class _ScanningTable:
+    """The policies as plain scans of the order table: the semantics the fast table keeps."""
+
+    def __init__(self, kind: str, capacity: int) -> None:
+        self.kind, self.capacity, self.written, self.seen = kind, capacity, 0, 0
+        self.order = np.full(capacity, -1, dtype=np.int64)
+        self.sampled = np.zeros(capacity, dtype=bool)
+
+    def _store(self, slot: int) -> int:
+        self.order[slot], self.sampled[slot] = self.written, False
+        self.written += 1
+        return slot
+
+    def place(self, rng: np.random.Generator) -> int | None:
+        self.seen += 1
+        free = np.flatnonzero(self.order < 0)
+        if free.size:
+            return self._store(int(free[0]))
+        if self.kind == "fifo":
+            return self._store(int(np.argmin(self.order)))
+        if self.kind == "reservoir":
+            pick = int(rng.integers(0, self.seen))
+            return self._store(pick) if pick < self.capacity else None
+        reusable = np.flatnonzero(self.sampled)
+        if reusable.size == 0:
+            raise BufferFullError("full")
+        return self._store(int(reusable[np.argmin(self.order[reusable])]))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "reservoir", "keep_unsampled"])
+@pytest.mark.parametrize("seed", range(6))
+def test_policies_place_as_a_scan_of_the_table_would(kind, seed):
+    """Random writes, releases (a killed actor's steps) and samples: the same slots, the same
+    write order and the same refusals as scanning the whole table for every step."""
+    capacity = 13
+    fast, slow = eviction_policy(kind, capacity), _ScanningTable(kind, capacity)
+    fast_rng, slow_rng, moves = (np.random.default_rng(seed) for _ in range(3))
+    for _ in range(400):
+        move = moves.random()
+        if move < 0.15:
+            slots = moves.integers(0, capacity, size=int(moves.integers(1, 5)))
+            fast.release(slots)
+            slow.order[slots], slow.sampled[slots] = -1, False
+        elif move < 0.3:
+            held = slow.order >= 0
+            slots = np.flatnonzero(held & (moves.random(capacity) < 0.5))
+            fast.mark_sampled(slots)
+            slow.sampled[slots] = True
+        else:
+            try:
+                expected = slow.place(slow_rng)
+            except BufferFullError:
+                with pytest.raises(BufferFullError):
+                    fast.place(fast_rng)
+                continue
+            assert fast.place(fast_rng) == expected
+        assert (
+            fast.occupied().tolist()
+            == np.flatnonzero(slow.order >= 0)[
+                np.argsort(slow.order[slow.order >= 0], kind="stable")
+            ].tolist()
+        )
+
+
+def test_fifo_place_does_not_scan_the_table():
+    """Steps placed into a large table cost the same whether it is nearly empty or full."""
+    policy, rng = FifoEviction(200_000), np.random.default_rng(0)
+    placed = [policy.place(rng) for _ in range(200_000 + 5)]
+    assert placed[:3] == [0, 1, 2] and placed[-5:] == [0, 1, 2, 3, 4]
