@@ -2,9 +2,10 @@
 
 ``python -m bench._tangram_pass_ab [BEFORE_COMMIT] [RUNS] [PASSES]`` exports the tree at
 ``BEFORE_COMMIT`` (``git archive``) and times ``bench.scheduler_pass.measure`` at 512 waiting on
-256 cores under the service's collector settings, alternating before / after in fresh
-processes (so both see the same machine load), ``RUNS`` times each. Each run also hashes every
-assignment its passes made: equal digests mean the two trees decided the same on that queue.
+256 cores and its cold bursts (512 arriving at an idle 256-core node) under the service's
+collector settings, alternating before / after in fresh processes (so both see the same machine
+load), ``RUNS`` times each. Each run also hashes every assignment its passes made: equal digests
+mean the two trees decided the same on those queues.
 Results: ``bench/results/scheduler_pass_before_after.json``.
 """
 
@@ -23,30 +24,51 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "bench" / "results" / "scheduler_pass_before_after.json"
 
-# Run in the tree under test (its own ``bench`` and ``workers``): one measure() with every
-# assignment hashed, printed as JSON.
+# Run in the tree under test (its own ``bench`` and ``workers``): one measure() and the cold
+# bursts, every assignment kept and hashed after the timing, printed as JSON.
 _MEASURE = """
 import hashlib, json, sys
 from workers.algorithms.tangram import ElasticScheduler
-from bench.scheduler_pass import gc_thresholds, measure
+from bench.scheduler_pass import COLD_BURSTS, cold_bursts, gc_thresholds, measure
 from workers.scheduler.gc_tuning import SERVICE_GC_THRESHOLDS
 
-digest = hashlib.sha256()
 schedule = ElasticScheduler.schedule
+passes = []  # every pass's assignments, hashed after the timing
 
-def hashed(self, now):
+
+def kept(self, now):
     out = schedule(self, now)
-    digest.update(repr([(a.action_id, sorted(a.units.items()), a.core_ids) for a in out]).encode())
+    passes.append(tuple(out))
     return out
 
-ElasticScheduler.schedule = hashed
+
+def digest():
+    text = repr([[(a.action_id, sorted(a.units.items()), a.core_ids) for a in p] for p in passes])
+    passes.clear()
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+ElasticScheduler.schedule = kept
 with gc_thresholds(SERVICE_GC_THRESHOLDS):
     row = measure("cpu-256", 512, int(sys.argv[1]), seed=int(sys.argv[2]))
-row["decisions_sha256"] = digest.hexdigest()
+    steady = digest()
+    burst = cold_bursts("cpu-256", 512, COLD_BURSTS)
+row["decisions_sha256"] = steady
+row["cold_burst_p99_ms"] = burst["p99_ms"]
+row["cold_burst_placed_p99_ms"] = burst["placed_p99_ms"]
+row["cold_burst_decisions_sha256"] = digest()
 print(json.dumps(row))
 """
 
-KEYS = ("p50_ms", "p99_ms", "cpu_p50_ms", "cpu_p99_ms", "eviction_trials_p99")
+KEYS = (
+    "p50_ms",
+    "p99_ms",
+    "cpu_p50_ms",
+    "cpu_p99_ms",
+    "eviction_trials_p99",
+    "cold_burst_p99_ms",
+    "cold_burst_placed_p99_ms",
+)
 
 
 def _run(tree: Path, passes: int, seed: int) -> dict[str, Any]:
@@ -75,7 +97,8 @@ def main(before: str, runs: int, passes: int) -> dict[str, Any]:
             rows["after"].append(_run(ROOT, passes, seed))
         load_after = os.getloadavg()
     same = [
-        b["decisions_sha256"] == a["decisions_sha256"]
+        (b["decisions_sha256"], b["cold_burst_decisions_sha256"])
+        == (a["decisions_sha256"], a["cold_burst_decisions_sha256"])
         for b, a in zip(rows["before"], rows["after"], strict=True)
     ]
     summary = {
@@ -86,7 +109,8 @@ def main(before: str, runs: int, passes: int) -> dict[str, Any]:
         "benchmark": "scheduler_pass_before_after",
         "before_commit": before,
         "after": "working tree at the time of the run",
-        "point": "cpu-256, 512 waiting, steady state (bench.scheduler_pass.measure)",
+        "point": "cpu-256, 512 waiting, steady state (bench.scheduler_pass.measure), then "
+        "the cold bursts of 512 at an idle 256-core node (bench.scheduler_pass.cold_bursts)",
         "passes_per_run": passes,
         "runs_each": runs,
         "seeds": list(range(runs)),

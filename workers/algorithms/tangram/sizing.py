@@ -190,9 +190,11 @@ class UnitSizing:
             return [self.min_demand(spec)]
         assert spec.elasticity is not None
         units = self.exploration_units(spec)
-        inverse = _inverse_speedup(spec.elasticity, units[-1] + 1)
         t1 = self.t1(spec)
-        return [(u, t1 * float(inverse[u])) for u in units]
+        return [
+            (u, t1 * inverse)
+            for u, inverse in zip(units, _ladder_inverse(spec.elasticity, units), strict=True)
+        ]
 
     def explored(self, entry: Waiting) -> tuple[list[tuple[int, float]], float]:
         """``first_options`` of a waiting action and its work at its least units (``min_demand``'s
@@ -251,8 +253,7 @@ class UnitSizing:
             return self.waiting_demand(entry)
         assert spec.elasticity is not None
         units = self.exploration_units(spec)
-        inverse = _inverse_speedup(spec.elasticity, units[-1] + 1)
-        envelope = _price_envelope(units, [float(inverse[u]) for u in units], self.t1(spec))
+        envelope = _price_envelope(units, _ladder_inverse(spec.elasticity, units), self.t1(spec))
         entry.envelope = envelope
         thresholds, demands = envelope
         return demands[bisect_right(thresholds, price)]
@@ -269,28 +270,36 @@ def _price_envelope(units: tuple[int, ...], inverse: list[float], t1: float) -> 
     lines, walked from price 0 upwards (each step moves to the line of smaller slope that
     crosses first)."""
     least = units[0] * inverse[0]
-    lines = [(inv, max(0.0, k * inv - least), k) for k, inv in zip(units, inverse, strict=True)]
+    wasted = [max(0.0, k * inv - least) for k, inv in zip(units, inverse, strict=True)]
+    lines = range(len(units))  # the ladder's units are distinct: a line is its index
     # at price 0+ the least cost wins; among equal costs the smaller waste
-    current = min(lines, key=lambda line: (line[0], line[1], line[2]))
+    current = min(lines, key=lambda i: (inverse[i], wasted[i], units[i]))
     thresholds: list[float] = []
-    demands = [(current[2], t1 * current[0])]
+    demands = [(units[current], t1 * inverse[current])]
     price = 0.0
     while True:
-        step: tuple[float, float, int] | None = None
+        cost, waste = inverse[current], wasted[current]
+        step = -1  # the line crossed first (at ``step_price``); the smaller waste on a tie
+        step_price = step_waste = 0.0
         for line in lines:
-            if line[1] >= current[1]:
+            line_waste = wasted[line]
+            if line_waste >= waste:
                 continue
-            crossing = (line[0] - current[0]) / (current[1] - line[1])
+            crossing = (inverse[line] - cost) / (waste - line_waste)
             if crossing < price:
                 crossing = price
-            if step is None or (crossing, line[1]) < (step[0], step[1]):
-                step = (crossing, line[1], line[2])
-        if step is None:
+            if (
+                step < 0
+                or crossing < step_price
+                or (crossing == step_price and line_waste < step_waste)
+            ):
+                step, step_price, step_waste = line, crossing, line_waste
+        if step < 0:
             return thresholds, demands
-        price = step[0]
-        current = next(line for line in lines if line[2] == step[2])
+        price = step_price
+        current = step
         thresholds.append(price)
-        demands.append((current[2], t1 * current[0]))
+        demands.append((units[current], t1 * inverse[current]))
 
 
 @lru_cache(maxsize=1024)
@@ -317,6 +326,15 @@ def _wasted_work(elasticity: Elasticity, options: tuple[int, ...]) -> NDArray[np
     wasted = np.where(feasible, np.maximum(work, 0.0), 0.0)
     wasted.setflags(write=False)
     return wasted
+
+
+def _ladder_inverse(elasticity: Elasticity, units: tuple[int, ...]) -> list[float]:
+    """``_inverse_speedup(elasticity, ...)[k]`` for each ``k`` of a ladder, in plain floats: the
+    same IEEE operations on the same operands (so the same values, bit for bit) without the
+    array a fresh elasticity would build for a few entries."""
+    efficiency = elasticity.efficiency
+    last = len(efficiency)
+    return [1.0 / (efficiency[min(k, last) - 1] * k) for k in units]
 
 
 @lru_cache(maxsize=8192)
