@@ -1,4 +1,5 @@
-"""The pass's caches stay exact: held-unit arrays, cached demands, and the pruned estimate."""
+"""The pass's caches stay exact: held-unit arrays, cached demands, the pruned estimate, and the
+plain-float inverse speedups."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from workers.algorithms.tangram.action import ActionSpec, Elasticity, ResourceDe
 from workers.algorithms.tangram.entries import Waiting
 from workers.algorithms.tangram.held import HeldUnits
 from workers.algorithms.tangram.objective import _place, estimate_remaining
+from workers.algorithms.tangram.sizing import _inverse_speedup, _ladder_inverse
 
 
 def test_held_units_reuse_slots_and_report_one_release_per_unit() -> None:
@@ -122,3 +124,18 @@ def test_an_elasticity_hashes_and_compares_by_its_table() -> None:
     assert first != other
     assert len({first, again, other}) == 2
     assert dataclasses.replace(first, efficiency=other.efficiency) == other
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_ladders_plain_inverse_speedups_equal_the_arrays_bit_for_bit(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(200):
+        size = rng.choice([4, 8, 32])
+        elasticity = (
+            Elasticity.amdahl(rng.random(), size)
+            if rng.random() < 0.5
+            else Elasticity(tuple(rng.uniform(0.01, 1.0) for _ in range(size)))
+        )
+        ladder = tuple(sorted(rng.sample(range(1, size + 8), 5)))  # some past the table
+        table = _inverse_speedup(elasticity, ladder[-1] + 1)
+        assert _ladder_inverse(elasticity, ladder) == [float(table[k]) for k in ladder]
