@@ -26,7 +26,7 @@ from workers.agents.gpu.agent import GpuAgent
 from workers.agents.gpu.backend import ServiceBackend
 from workers.agents.gpu.cache import ServiceCache
 from workers.agents.gpu.checkpoints import Task, create_checkpoint
-from workers.agents.gpu.devices import Device, discover_devices
+from workers.agents.gpu.devices import Device, compute_slots, discover_devices
 from workers.agents.gpu.sglang_backend import SglangService
 from workers.agents.gpu.torch_backend import TorchService
 from workers.transport.redis_streams import RedisStreamsTransport
@@ -82,7 +82,7 @@ async def main_async(args: argparse.Namespace) -> None:
         transport=transport,
         node_id=args.node_id,
         pool=args.pool,
-        cache=ServiceCache(devices, services),
+        cache=ServiceCache(devices, services, compute_slots=compute_slots(devices)),
         streams=streams_from(args),
         settings=settings_from(args),
     )

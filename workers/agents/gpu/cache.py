@@ -12,6 +12,12 @@ At most one request runs on a device at a time (§5.3): the scheduler allocates 
 and the cache also holds a lock per device, so a request that arrives while its chunk is still
 busy waits — its queue time. Bookkeeping (what is resident, the memory each device has used) is
 decided under one lock; restores, which take long, run outside it.
+
+CPU stand-in devices are not independent the way GPUs are: they all compute on the host's
+cores. ``compute_slots`` (None on GPUs) bounds how many requests execute at once on the node,
+in arrival order, so that a stand-in computes one request at full speed rather than
+time-slicing the cores with every other busy stand-in; a request waiting for a slot holds its
+chunk, and the wait counts as queue time.
 """
 
 from __future__ import annotations
@@ -86,6 +92,7 @@ class ServiceCache:
         *,
         clock: Callable[[], float] = time.time,
         remember_events: int = 1_000,
+        compute_slots: int | None = None,
     ) -> None:
         if not devices:
             raise ValueError("devices: a GPU node needs at least one device")
@@ -97,6 +104,10 @@ class ServiceCache:
         self._resident: dict[Instance, CachedInstance] = {}
         self._device_locks = {device.index: asyncio.Lock() for device in self.devices}
         self._book = asyncio.Lock()
+        if compute_slots is not None and compute_slots < 1:
+            raise ValueError("compute_slots: at least one request must be able to execute")
+        self.compute_slots = compute_slots
+        self._compute = asyncio.Semaphore(compute_slots) if compute_slots else None
         self.events: deque[CacheEvent] = deque(maxlen=remember_events)
         self.restores = 0
         self.restore_seconds = 0.0
@@ -154,13 +165,24 @@ class ServiceCache:
         try:
             began = self.clock()
             events, warm = await self._make_resident(backend, chunk)
-            ready = self.clock()
-            output = await backend.execute(chunk, request, priority)
-            done = self.clock()
+            restored = self.clock()
+            if self._compute is not None:
+                await self._compute.acquire()
+            try:
+                ready = self.clock()
+                output = await backend.execute(chunk, request, priority)
+                done = self.clock()
+            finally:
+                if self._compute is not None:
+                    self._compute.release()
         finally:
             for lock in reversed(locks):
                 lock.release()
-        timings = Timings(queue_s=began - arrived, restore_s=ready - began, execute_s=done - ready)
+        timings = Timings(
+            queue_s=(began - arrived) + (ready - restored),
+            restore_s=restored - began,
+            execute_s=done - ready,
+        )
         return Served(output=output, timings=timings, events=tuple(events), warm=warm)
 
     async def _make_resident(

@@ -8,6 +8,7 @@ restore is a real copy of the weights out of the invariant host copy.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,6 +53,14 @@ def discover_devices(count: int | None = None, memory_mb: int | None = None) -> 
     if memory_mb is None or memory_mb < 1:
         raise ValueError("memory_mb: without CUDA, each stand-in device needs a declared memory")
     return [Device(index, "cpu", memory_mb) for index in range(count)]
+
+
+def compute_slots(devices: Sequence[Device]) -> int | None:
+    """How many requests can truly compute at once: None for GPUs (each computes on its own),
+    the host's usable cores for CPU stand-ins (they all compute on those cores)."""
+    if not devices or devices[0].is_cuda:
+        return None
+    return min(len(devices), len(os.sched_getaffinity(0)))
 
 
 def nvlink_groups(devices: Sequence[Device]) -> list[tuple[int, ...]]:
