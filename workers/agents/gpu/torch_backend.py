@@ -13,12 +13,17 @@ host copy; ``evict`` drops the replicas. A plain module has no tensor parallelis
 parallel): each device holds the whole model. SGLang (``sglang_backend``) is the backend that
 shards a model across a chunk. On a machine without CUDA the devices are CPU stand-ins and the
 same code runs.
+
+A restore does only what a GPU restore does: copy the weights. The module's structure (built on
+the meta device) is made once and kept with the service between restores; on a stand-in the
+weights go into one block of the device's memory that an earlier eviction left for reuse
+(``standin.BlockPool``, as CUDA's caching allocator reuses freed blocks).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +32,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceC
 
 from workers.agents.gpu.backend import Chunk, ServiceBackend, ServiceError
 from workers.agents.gpu.checkpoints import Task
-from workers.agents.gpu.devices import cuda_present
+from workers.agents.gpu.devices import Device, cuda_present
+from workers.agents.gpu.standin import STANDIN_BLOCKS
 
 _MODEL_CLASSES: dict[str, Any] = {
     "reward": AutoModelForSequenceClassification,
@@ -39,6 +45,26 @@ def _tensor_attributes(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Plain tensor attributes (not parameters or buffers), e.g. a rotary embedding's copy of
     its frequencies: a replica built on the meta device needs them too."""
     return {name: value for name, value in vars(module).items() if isinstance(value, torch.Tensor)}
+
+
+_ALIGN = 64  # bytes: every tensor in a stand-in block starts aligned for any dtype
+
+
+def _slots(host: torch.nn.Module) -> Iterator[tuple[str, str, torch.Tensor]]:
+    """Every (module name, "param"/"buffer" + name, tensor) a replica holds, in one fixed order."""
+    for module_name, module in host.named_modules():
+        for name, tensor in module.named_parameters(recurse=False):
+            yield module_name, "p" + name, tensor
+        for name, tensor in module.named_buffers(recurse=False):
+            yield module_name, "b" + name, tensor
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // _ALIGN) * _ALIGN
+
+
+def _block_bytes(host: torch.nn.Module) -> int:
+    return sum(_aligned(t.numel() * t.element_size()) for _, _, t in _slots(host))
 
 
 class TorchService(ServiceBackend):
@@ -70,6 +96,9 @@ class TorchService(ServiceBackend):
         self.host: torch.nn.Module | None = None
         self.host_mb = 0.0
         self.replicas: dict[tuple[int, int], list[torch.nn.Module]] = {}
+        self._blocks: dict[tuple[int, int], list[tuple[Device, torch.Tensor]]] = {}
+        self._skeletons: list[torch.nn.Module] = []  # meta-device structures, kept for reuse
+        self._block_bytes = 0
 
     # --- host copy ------------------------------------------------------------------------
 
@@ -86,6 +115,7 @@ class TorchService(ServiceBackend):
         self.host_mb = sum(
             t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]
         ) / (1024 * 1024)
+        self._block_bytes = _block_bytes(model)
         return model
 
     def device_mb(self, chunk_size: int) -> float:
@@ -97,34 +127,74 @@ class TorchService(ServiceBackend):
     # --- restore / evict ------------------------------------------------------------------
 
     async def restore(self, chunk: Chunk) -> None:
-        replicas = await asyncio.to_thread(
-            lambda: [self._replica(device.torch_device) for device in chunk.devices]
-        )
-        self.replicas[chunk.key] = replicas
+        replicas = await asyncio.to_thread(lambda: [self._replica(d) for d in chunk.devices])
+        self.replicas[chunk.key] = [replica for replica, _ in replicas]
+        self._blocks[chunk.key] = [
+            (device, block)
+            for device, (_, block) in zip(chunk.devices, replicas, strict=True)
+            if block is not None
+        ]
 
-    def _replica(self, device: str) -> torch.nn.Module:
+    def _skeleton(self) -> torch.nn.Module:
+        """The module's structure on the meta device: an evicted replica's, or a new one."""
+        if self._skeletons:
+            return self._skeletons.pop()
+        with torch.device("meta"):
+            return _MODEL_CLASSES[self.task].from_config(self.config, dtype=self.dtype)
+
+    def _replica(self, device: Device) -> tuple[torch.nn.Module, torch.Tensor | None]:
         host = self.host
         if host is None:
             raise RuntimeError(f"service {self.name!r} is not prepared")
-        with torch.device("meta"):
-            replica = _MODEL_CLASSES[self.task].from_config(self.config, dtype=self.dtype)
-        replica = replica.to_empty(device=device)
-        pairs = zip(host.named_modules(), replica.named_modules(), strict=True)
+        replica = self._skeleton()
+        block = None
         with torch.no_grad():
-            for (_, source), (_, target) in pairs:
-                for name, tensor in source.named_parameters(recurse=False):
-                    getattr(target, name).copy_(tensor, non_blocking=True)
-                for name, tensor in source.named_buffers(recurse=False):
-                    getattr(target, name).copy_(tensor, non_blocking=True)
-                for name, tensor in _tensor_attributes(source).items():
-                    setattr(target, name, tensor.to(device))
-        if device.startswith("cuda"):
-            torch.cuda.synchronize(device)
+            if device.is_cuda:
+                replica = replica.to_empty(device=device.torch_device)
+                for (_, source), (_, target) in self._pairs(host, replica):
+                    for name, tensor in source.named_parameters(recurse=False):
+                        getattr(target, name).copy_(tensor, non_blocking=True)
+                    for name, buffer in source.named_buffers(recurse=False):
+                        getattr(target, name).copy_(buffer, non_blocking=True)
+            else:
+                block = STANDIN_BLOCKS.take(device, self._block_bytes)
+                self._place(host, replica, block)
+            for (_, source), (_, target) in self._pairs(host, replica):
+                for name, value in _tensor_attributes(source).items():
+                    setattr(target, name, value.to(device.torch_device))
+        if device.is_cuda:
+            torch.cuda.synchronize(device.torch_device)
         replica.eval()
-        return replica
+        return replica, block
+
+    @staticmethod
+    def _pairs(
+        host: torch.nn.Module, replica: torch.nn.Module
+    ) -> Iterator[tuple[tuple[str, torch.nn.Module], tuple[str, torch.nn.Module]]]:
+        return zip(host.named_modules(), replica.named_modules(), strict=True)
+
+    @staticmethod
+    def _place(host: torch.nn.Module, replica: torch.nn.Module, block: torch.Tensor) -> None:
+        """Copy every parameter and buffer into ``block`` and point the replica's at the copies."""
+        modules = dict(replica.named_modules())
+        offset = 0
+        for module_name, slot, tensor in _slots(host):
+            nbytes = tensor.numel() * tensor.element_size()
+            view = block[offset : offset + nbytes].view(tensor.dtype).view(tensor.shape)
+            view.copy_(tensor)
+            offset += _aligned(nbytes)
+            target = modules[module_name]
+            if slot[0] == "p":
+                target._parameters[slot[1:]] = torch.nn.Parameter(view, requires_grad=False)
+            else:
+                target._buffers[slot[1:]] = view
 
     async def evict(self, chunk: Chunk) -> None:
-        self.replicas.pop(chunk.key, None)
+        replicas = self.replicas.pop(chunk.key, None) or []
+        for device, block in self._blocks.pop(chunk.key, []):
+            STANDIN_BLOCKS.give(device, block)
+        for replica in replicas:  # keep the structure, let go of the device's memory
+            self._skeletons.append(replica.to("meta"))
         if chunk.devices[0].is_cuda:
             torch.cuda.empty_cache()
 
@@ -192,5 +262,10 @@ class TorchService(ServiceBackend):
         return out
 
     async def close(self) -> None:
+        for blocks in self._blocks.values():
+            for device, block in blocks:
+                STANDIN_BLOCKS.give(device, block)
         self.replicas.clear()
+        self._blocks.clear()
+        self._skeletons.clear()
         self.host = None

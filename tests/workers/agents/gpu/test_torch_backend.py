@@ -8,8 +8,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-from workers.agents.gpu.backend import ServiceError, chunk_of
-from workers.agents.gpu.devices import discover_devices, nvlink_groups
+from workers.agents.gpu.backend import Chunk, ServiceError, chunk_of
+from workers.agents.gpu.devices import Device, discover_devices, nvlink_groups
+from workers.agents.gpu.standin import STANDIN_BLOCKS
 from workers.agents.gpu.torch_backend import TorchService
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU stand-in devices only")
@@ -115,3 +116,21 @@ def test_chunks_are_aligned_buddies_on_this_node() -> None:
         chunk_of(devices, [0, 2])
     with pytest.raises(ValueError, match="not on this node"):
         chunk_of(devices, [4])
+
+
+async def test_a_restore_after_an_eviction_reuses_the_device_block_and_structure(
+    checkpoints: dict[str, Path],
+) -> None:
+    service = TorchService("reuse", checkpoints["reward"], "reward")
+    await service.prepare()
+    device = Device(7, "cpu", 64)
+    chunk = Chunk(7, 1, (device,))
+    await service.restore(chunk)
+    first = await service.execute(chunk, {"input_ids": [[1, 2, 3]]}, 0)
+    block = service._blocks[chunk.key][0][1]
+    await service.evict(chunk)
+    assert STANDIN_BLOCKS.cached_bytes(device) >= block.numel()
+    await service.restore(chunk)  # the freed block and the module structure come back
+    assert service._blocks[chunk.key][0][1].data_ptr() == block.data_ptr()
+    assert await service.execute(chunk, {"input_ids": [[1, 2, 3]]}, 0) == first
+    await service.close()
