@@ -8,11 +8,17 @@ after a pass that stopped at its candidate cap) — exactly the calls the schedu
 with wall-clock time. An assigned action runs for its *true* duration at the DoP it got
 (``T1/(E(m)·m)``), plus any GPU service restore time, plus the pool's per-action system overhead
 (AOE's ``docker update`` + ``exec``; §6.4 Table 1 measures it small).
+
+``compute_slots`` (per pool, none by default) models devices that share the compute they run
+on, as the GPU agent's CPU stand-ins share the host's cores: after its restore, an action's
+execution waits, in arrival order, for one of the pool's slots, holding its allocation meanwhile
+(the agent's ``ServiceCache(compute_slots=...)``).
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -80,8 +86,13 @@ class TangramSimulation:
     overhead_s: Mapping[str, float] = field(default_factory=dict)
     apis: Mapping[str, RateLimitedApi] = field(default_factory=dict)
     name: str = "tangram"
+    compute_slots: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self._free_slots = dict(self.compute_slots)
+        self._slot_queue: dict[str, deque[tuple[str, float]]] = {
+            p: deque() for p in self._free_slots
+        }
         self.loop = EventLoop()
         self.result = SimResult(name=self.name)
         self._live: dict[str, _Live] = {}
@@ -140,7 +151,7 @@ class TangramSimulation:
             key = live.template.key_resource
             units = assignment.units.get(key, 1) if key else 1
             duration = live.template.true_duration(units)
-            duration += assignment.load_seconds + self.overhead_s.get(pool, 0.0)
+            prelude = assignment.load_seconds + self.overhead_s.get(pool, 0.0)
             for api_name in assignment.quota_units:
                 api = self.apis.get(api_name)
                 if api is None:
@@ -152,7 +163,11 @@ class TangramSimulation:
             live.record.started = now
             live.record.dop = assignment.dop
             live.record.load_s = assignment.load_seconds
-            self.loop.after(duration, partial(self._complete, assignment.action_id))
+            if pool in self._free_slots:
+                ready = partial(self._ready, pool, assignment.action_id, duration)
+                self.loop.after(prelude, ready)
+            else:
+                self.loop.after(prelude + duration, partial(self._complete, assignment.action_id))
         wake = scheduler.next_wakeup(now)
         if wake == now:  # a capped pass: the scheduler asks for another at once
             self._request_pass(pool)
@@ -160,8 +175,25 @@ class TangramSimulation:
             self._wakeups.add((pool, wake))
             self.loop.at(wake, lambda: self._request_pass(pool))
 
+    def _ready(self, pool: str, action_id: str, duration: float) -> None:
+        """Restored: execute once one of the pool's compute slots is free (arrival order)."""
+        if self._free_slots[pool] > 0:
+            self._free_slots[pool] -= 1
+            self.loop.after(duration, partial(self._complete, action_id))
+        else:
+            self._slot_queue[pool].append((action_id, duration))
+
+    def _release_slot(self, pool: str) -> None:
+        if self._slot_queue[pool]:
+            action_id, duration = self._slot_queue[pool].popleft()
+            self.loop.after(duration, partial(self._complete, action_id))
+        else:
+            self._free_slots[pool] += 1
+
     def _complete(self, action_id: str) -> None:
         live = self._live.pop(action_id)
+        if live.pool in self._free_slots:
+            self._release_slot(live.pool)
         now = self.loop.now
         self.schedulers[live.pool].complete(action_id, now)
         for api_name in live.admitted_by:
