@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench._artos_loom import KEEP_WARM_S
+from bench._artos_loom import KEEP_WARM_S, ZYGOTE_START
 from bench._artos_workload import Workload
 from bench.report import BenchReport, Target, plot_path
 
@@ -87,6 +87,7 @@ def compare(
         "clock_starts": "after the platform is up (ray.init; Loom's buffer service), before "
         "either system starts its actors; the platform's own start is in platform_start_*",
         "loom_actor_keep_warm_s": KEEP_WARM_S,
+        "loom_zygote_start": ZYGOTE_START,
     }
     report = BenchReport(name, quick, params=params)
     missing = ray_missing()

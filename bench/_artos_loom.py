@@ -1,5 +1,8 @@
 """ARTOS on Loom (artos §3–§4): the reference workloads as a declared ``Workflow``.
 
+The actors' zygote is forked from the run's process (``ZYGOTE_START``), which imported the
+program's libraries before the clock started, as a trainer's process has.
+
 PPO (on-policy, Table 3): publishing ``model_param`` invokes the elastic actors
 (ObjectKeyTrigger -> ``ACTORS``); each samples ``steps`` steps into the rollout buffer and
 checkpoints, then stays parked for ``KEEP_WARM_S`` (forked from the zygote and restored from its
@@ -37,6 +40,10 @@ PARAMS_KEY = "model_param"
 # invocation without a fork (workers.actors.zygote); both workloads re-invoke well within it.
 # The runs with a fork per invocation (0) are kept as results/*_fork_per_invocation.json
 KEEP_WARM_S = 1.0
+# the zygote is forked from the run's own process, which imported torch before the clock (as a
+# trainer's process has); the runs with a fresh-interpreter zygote ("spawn") are kept as
+# results/*_zygote_spawn.json
+ZYGOTE_START = "fork"
 AHEAD_BATCHES = 1  # off-policy: batches an actor may deliver ahead of the learner
 
 
@@ -71,6 +78,7 @@ def _declare(
             steps=workload.steps,
             params_key=PARAMS_KEY,
             keep_warm_s=KEEP_WARM_S,
+            start_method=ZYGOTE_START,
         )
         .learner("learner", trigger="learn")
     )
@@ -121,6 +129,7 @@ def run_ppo(workload: Workload, device: str, lock_dir: str) -> dict[str, Any]:
                 learner_leases=len(lease.intervals),
                 actor_startup_waits_s=_startup_waits(running),
                 actor_held_core_s=_actor_held_core_s(running),
+                zygote_started_by=running.pool.started_by,
             )
         finally:
             running.stop()
@@ -232,6 +241,7 @@ def run_dqn(workload: Workload, device: str, lock_dir: str) -> dict[str, Any]:
                 ahead_batches=AHEAD_BATCHES,
                 actor_startup_waits_s=_startup_waits(running),
                 actor_held_core_s=_actor_held_core_s(running),
+                zygote_started_by=pool.started_by,
             )
             pool.wait(names)
             return summary

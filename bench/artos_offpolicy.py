@@ -3,12 +3,12 @@
 hyper-parameters in both systems, until the mean return of the last ``window`` episodes reaches
 the target.
 
-Loom: elastic actors (kept warm between invocations, as ``artos_ppo``) re-invoked as soon as
-they delivered, a DataKeyTrigger(n=1) per delivered
-batch firing the on-demand learner, weights published as buffer model data. Ray: actors alive
-for the whole run, each always with a sampling task in flight, the driver ``ray.wait`` ing for
-the next batch (Ray's asynchronous pattern, its best for off-policy collection). Targets as
-``artos_ppo``.
+Loom: elastic actors (forked from a zygote that is itself forked from the run's process, kept
+warm between invocations, as ``artos_ppo``) re-invoked as soon as they delivered, a
+DataKeyTrigger(n=1) per delivered batch firing the on-demand learner, weights published as
+buffer model data. Ray: actors alive for the whole run, each always with a sampling task in
+flight, the driver ``ray.wait`` ing for the next batch (Ray's asynchronous pattern, its best for
+off-policy collection). Targets as ``artos_ppo``.
 """
 
 from __future__ import annotations

@@ -2,12 +2,13 @@
 the same actor program, learner and hyper-parameters in both systems, until the mean return of
 the last ``window`` episodes reaches the target.
 
-Loom runs it as an ARTOS workflow (elastic actors forked from a zygote, checkpointed after each
-invocation and kept warm for ``_artos_loom.KEEP_WARM_S`` after it, triggers on the rollout
-buffer, an on-demand learner); Ray as actors alive for the
-whole run with ``ray.get`` of the sample batches and the driver as learner. Targets (issue 20):
->= 30 % fewer CPU-seconds (all processes of each system) and learner device-seconds to the same
-return, end-to-end time no worse than Ray's, the same learning per environment step.
+Loom runs it as an ARTOS workflow (elastic actors forked from a zygote, itself forked from the
+run's process (``_artos_loom.ZYGOTE_START``), checkpointed after each invocation and kept warm
+for ``_artos_loom.KEEP_WARM_S`` after it, triggers on the rollout buffer, an on-demand learner);
+Ray as actors alive for the whole run with ``ray.get`` of the sample batches and the driver as
+learner. Targets (issue 20): >= 30 % fewer CPU-seconds (all processes of each system) and
+learner device-seconds to the same return, end-to-end time no worse than Ray's, the same
+learning per environment step.
 """
 
 from __future__ import annotations

@@ -28,10 +28,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from workers.actors.fork_start import ForkedZygote, fork_safe, fork_zygote
 from workers.actors.zygote import zygote_environment
 from workers.agents.common.sysinfo import numa_layout, usable_cores
 
 MAX_PACKET = 1 << 16
+START_METHODS = ("spawn", "fork")
 
 
 class ActorPoolError(RuntimeError):
@@ -109,10 +111,20 @@ class ActorPool:
         cores: Sequence[int] | None = None,
         seed: int = 0,
         keep_warm_s: float = 0.0,
+        start_method: str = "spawn",
     ) -> None:
         """``keep_warm_s``: after its checkpoint an actor's process stays parked this long
         (no CPU, its state in memory) and serves the next invocation without a fork; 0
-        ends it at every checkpoint."""
+        ends it at every checkpoint. ``start_method``: the zygote is a fresh interpreter
+        (``spawn``) or a fork of this process (``fork``, ``workers.actors.fork_start``:
+        the modules this process imported come for free; a fresh interpreter where forking
+        is not safe). ``started_by`` says which it was."""
+        if start_method not in START_METHODS:
+            raise ActorPoolError(
+                f"start_method: expected one of {', '.join(START_METHODS)}, got {start_method!r}"
+            )
+        self.start_method = start_method
+        self.started_by: str | None = None
         if not keep_warm_s >= 0:
             raise ActorPoolError(f"keep_warm_s: expected seconds >= 0, got {keep_warm_s!r}")
         self.keep_warm_s = float(keep_warm_s)
@@ -129,7 +141,7 @@ class ActorPool:
             for name, pinned in assign_cores(actors, cores_each, cores).items()
         }
         self._lock = threading.Condition()
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: subprocess.Popen[bytes] | ForkedZygote | None = None
         self._socket: socket.socket | None = None
         self._reader: threading.Thread | None = None
         self.prepare_s: float | None = None
@@ -139,11 +151,15 @@ class ActorPool:
     def start(self, timeout_s: float = 120.0) -> float:
         """Start the zygote and wait until it prepared the program; returns its prepare time."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        command = [sys.executable, "-m", "workers.actors.zygote", "--program", self.program]
-        command += ["--fd", str(theirs.fileno())]
-        self._process = subprocess.Popen(
-            command, pass_fds=[theirs.fileno()], cwd=_repo_root(), env=zygote_environment()
-        )
+        if self.start_method == "fork" and fork_safe():
+            self._process, self.started_by = fork_zygote(self.program, theirs, ours), "fork"
+        else:
+            command = [sys.executable, "-m", "workers.actors.zygote", "--program", self.program]
+            command += ["--fd", str(theirs.fileno())]
+            self._process = subprocess.Popen(
+                command, pass_fds=[theirs.fileno()], cwd=_repo_root(), env=zygote_environment()
+            )
+            self.started_by = "spawn"
         theirs.close()
         self._socket = ours
         self._reader = threading.Thread(target=self._read, name="actor-pool", daemon=True)

@@ -508,9 +508,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.fd is None:
         parser.error("--fd is required unless --cold")
-    control = socket.socket(fileno=args.fd)
+    serve_program(args.program, socket.socket(fileno=args.fd))
+    return 0
+
+
+def serve_program(program_path: str, control: socket.socket) -> None:
+    """The zygote's life: prepare the program once, report ``prepared``, serve the pool
+    manager's requests until it sends ``exit`` or goes away."""
     started = time.monotonic()
-    program = load_program(args.program)
+    program = load_program(program_path)
     program.prepare()
     preload_actor_modules()
     gc.freeze()  # the prepared heap stays out of the children's collections: fewer COW copies
@@ -526,7 +532,6 @@ def main(argv: list[str] | None = None) -> int:
         },
     )
     Zygote(program, control).serve()
-    return 0
 
 
 if __name__ == "__main__":

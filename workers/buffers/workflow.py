@@ -155,7 +155,8 @@ class Workflow:
         With ``program`` (``module:attribute``), ``start`` runs them as elastic actors
         (``workers.actors``): each invocation samples ``steps`` steps into ``buffer``, with the
         parameters read from its object ``params_key``; a trigger whose target is ``ACTORS``
-        invokes them all.
+        invokes them all. ``keep_warm_s`` and ``start_method`` (``spawn`` or ``fork``) go to
+        the ``ActorPool``; a forked zygote is forked before the buffer server starts.
         """
         if count < 1 or cores_each < 1:
             raise WorkflowError(
@@ -165,6 +166,10 @@ class Workflow:
             raise WorkflowError(f"actors: buffer {buffer!r} is not declared")
         if steps < 1:
             raise WorkflowError(f"actors: steps must be >= 1, got {steps}")
+        if params.get("start_method", "spawn") not in ("spawn", "fork"):
+            raise WorkflowError(
+                f"actors: start_method must be spawn or fork, got {params['start_method']!r}"
+            )
         params.update(program=program, buffer=buffer, steps=steps, params_key=params_key)
         self.actor_stage = StageSpec(name, count, cores_each, params=params)
         return self
@@ -231,10 +236,19 @@ class Workflow:
             )
             for spec in self.buffers.values()
         }
-        server = BufferServer(built.values(), address).start()
+        # the actors' zygote first: a forked one must be forked before the server's threads
+        pool, checkpoints = self._start_actor_pool(checkpoint_dir)
+        try:
+            server = BufferServer(built.values(), address).start()
+        except BaseException:
+            if pool is not None:
+                pool.close()
+            if checkpoints is not None:
+                checkpoints.cleanup()
+            raise
         running = RunningWorkflow(self, built, server)
         try:
-            running.start_actors(checkpoint_dir, report_to)
+            running.attach_actors(pool, checkpoints, report_to)
             for spec in self.triggers.values():
                 if spec.target == ACTORS:
                     if running.pool is None:
@@ -250,6 +264,38 @@ class Workflow:
             running.stop()
             raise
         return running
+
+    def _start_actor_pool(
+        self, checkpoint_dir: str | None
+    ) -> tuple[Any, tempfile.TemporaryDirectory[str] | None]:
+        """The elastic actors' pool, its zygote up (None without actors declared with a
+        program), and the temporary checkpoint directory it made when none was given. The
+        buffers' address is filled in by ``RunningWorkflow.attach_actors``."""
+        stage = self.actor_stage
+        if stage is None or not stage.params.get("program"):
+            return None, None
+        from workers.actors.pool import ActorPool  # the actors depend on the buffers, not back
+
+        checkpoints = None
+        if checkpoint_dir is None:
+            checkpoints = tempfile.TemporaryDirectory(prefix="loom-artos-")
+            checkpoint_dir = checkpoints.name
+        pool = ActorPool(
+            stage.params["program"],
+            self.actor_names,
+            checkpoint_dir,
+            stage.params["steps"],
+            cores_each=stage.cores_each,
+            keep_warm_s=stage.params.get("keep_warm_s", 0.0),
+            start_method=stage.params.get("start_method", "spawn"),
+        )
+        try:
+            pool.start()
+        except BaseException:
+            if checkpoints is not None:
+                checkpoints.cleanup()
+            raise
+        return pool, checkpoints
 
 
 class RunningWorkflow:
@@ -267,29 +313,25 @@ class RunningWorkflow:
     def address(self) -> str:
         return self.server.address
 
-    def start_actors(
-        self, checkpoint_dir: str | None, report_to: tuple[str, str] | None = None
+    def attach_actors(
+        self,
+        pool: Any,
+        checkpoints: tempfile.TemporaryDirectory[str] | None,
+        report_to: tuple[str, str] | None = None,
     ) -> None:
-        stage = self.workflow.actor_stage
-        if stage is None or not stage.params.get("program"):
+        """The started pool sends its actors to this workflow's buffers; their states are
+        reported to ``report_to`` (by default this server and the actors' buffer)."""
+        self._checkpoints = checkpoints
+        if pool is None:
             return
-        from workers.actors.pool import ActorPool  # the actors depend on the buffers, not back
-
-        if checkpoint_dir is None:
-            self._checkpoints = tempfile.TemporaryDirectory(prefix="loom-artos-")
-            checkpoint_dir = self._checkpoints.name
+        stage = self.workflow.actor_stage
+        assert stage is not None
         buffer, key = stage.params["buffer"], stage.params.get("params_key")
-        self.pool = ActorPool(
-            stage.params["program"],
-            self.workflow.actor_names,
-            checkpoint_dir,
-            stage.params["steps"],
-            sink={"address": self.address, "buffer": buffer},
-            params=None if key is None else {"address": self.address, "buffer": buffer, "key": key},
-            cores_each=stage.cores_each,
-            keep_warm_s=stage.params.get("keep_warm_s", 0.0),
+        pool.sink = {"address": self.address, "buffer": buffer}
+        pool.params = (
+            None if key is None else {"address": self.address, "buffer": buffer, "key": key}
         )
-        self.pool.start()
+        self.pool = pool
         address, report_buffer = report_to or (self.address, buffer)
         self.reporter = ActorReporter(self.pool, self.workflow.name, address, report_buffer)
         self.reporter.start()
