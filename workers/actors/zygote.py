@@ -29,6 +29,7 @@ page-table entries of and every exit unmaps again. The zygote therefore keeps th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import gc
 import json
@@ -88,6 +89,10 @@ def collapse_to_huge_pages(maps: str = "/proc/self/maps") -> int:
         if madvise(start, end - start, _MADV_COLLAPSE) == 0:
             collapsed += end - start
     return collapsed
+
+
+def _on_child(signum: int, frame: Any) -> None:
+    """SIGCHLD: nothing to do here; its wake-up byte makes the zygote's loop reap."""
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -279,6 +284,7 @@ class Zygote:
         self.go_pipes: dict[str, int] = {}  # actor -> write end of its go pipe
         self.warm: dict[str, _Warm] = {}  # actor -> its keep-warm process
         self.quiet: set[int] = set()  # ended keep-warm processes whose exit was reported
+        self.wake_read = self.wake_write = -1  # the SIGCHLD wake-up pipe, once serving
 
     def _running(self, actor: str) -> bool:
         warm = self.warm.get(actor)
@@ -331,6 +337,11 @@ class Zygote:
                     other.link.close()
                 if links is not None:
                     links[0].close()
+                signal.set_wakeup_fd(-1)  # the zygote's wake-up pipe is the zygote's
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                for fd in (self.wake_read, self.wake_write):
+                    if fd >= 0:
+                        os.close(fd)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 link = None if links is None else links[1]
                 code = run_actor(self.program, request, self.control, read_end, link)
@@ -444,10 +455,28 @@ class Zygote:
                 },
             )
 
+    def _next_retirement(self, now: float) -> float | None:
+        """Seconds until the first parked actor is due to retire; None when none is parked."""
+        due = [w.parked_at + w.keep_warm_s for w in self.warm.values() if w.parked_at is not None]
+        return max(0.0, min(due) - now) if due else None
+
     def serve(self) -> None:
+        """Sleep until a request, a parked actor's message, an actor's exit (SIGCHLD, written
+        to a wake-up pipe) or the next retirement; no polling while nothing happens."""
+        self.wake_read, self.wake_write = os.pipe()
+        for fd in (self.wake_read, self.wake_write):
+            os.set_blocking(fd, False)
+        signal.signal(signal.SIGCHLD, _on_child)  # a handler: SIG_IGN would reap by itself
+        signal.set_wakeup_fd(self.wake_write)
         while True:
-            links = [warm.link for warm in self.warm.values()]
-            readable, _, _ = select.select([self.control, *links], [], [], 0.005)
+            waited: list[Any] = [self.control, self.wake_read]
+            waited += [warm.link for warm in self.warm.values()]
+            timeout = self._next_retirement(time.monotonic())
+            readable, _, _ = select.select(waited, [], [], timeout)
+            if self.wake_read in readable:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(self.wake_read, 4096):
+                        pass
             now = time.monotonic()
             self.read_links(readable, now)  # before any request: a parked actor is reused
             self.retire_idle(now)

@@ -146,6 +146,26 @@ def test_a_kept_warm_actor_can_be_prewarmed_and_waits_for_its_go(served, tmp_pat
         assert result is invocation and result.sampled and result.startup_wait_s == 0.0
 
 
+def _wakeups(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M)[1])  # type: ignore[index]
+
+
+@pytest.mark.processes
+def test_an_idle_zygote_sleeps_until_something_happens(served, tmp_path):
+    """No polling: with an actor parked for long, the zygote wakes for requests, exits and
+    retirements only (a 5 ms poll would wake it about a hundred times in half a second)."""
+    _, address = served
+    with _pool(tmp_path, address, keep_warm_s=30.0, actors=("a0",)) as pool:
+        pool.run_iteration(["a0"])
+        assert pool._process is not None
+        zygote = pool._process.pid
+        before = _wakeups(zygote)
+        time.sleep(0.5)
+        assert _wakeups(zygote) - before <= 3
+        assert pool.run_iteration(["a0"])["a0"].sampled  # and it still serves
+
+
 def test_keep_warm_time_must_not_be_negative(tmp_path):
     with pytest.raises(ActorPoolError, match="keep_warm_s"):
         _pool(tmp_path, "tcp://127.0.0.1:1", keep_warm_s=-1.0)
