@@ -88,6 +88,8 @@ class ExperienceBuffer:
         self._triggers: list[TriggerWrapper] = []
         self.per = PrioritisedSampler(capacity) if prioritised else None
         self._lock = threading.RLock()
+        self._complete_cache: tuple[int, npt.NDArray[np.int64]] | None = None
+        self._changes = 0  # writes and releases so far: the complete slots' cache key
         self.stats = {"steps_written": 0, "steps_dropped": 0, "steps_evicted": 0, "samples": 0}
 
     # -- the BufferView protocol the triggers read ------------------------------------------
@@ -151,6 +153,7 @@ class ExperienceBuffer:
             for key, array in arrays.items():
                 self.data[key][target[kept]] = array[kept]
             self._slot_keys[target[kept]] += len(keys)
+            self._changes += 1
             if self.per is not None:
                 for slot in target[kept][self._slot_keys[target[kept]] >= len(self.schema.keys)]:
                     self.per.add(int(slot))
@@ -179,6 +182,7 @@ class ExperienceBuffer:
             self._complete_steps[actor] = done
 
     def _place(self, actor_id: int, step: int) -> int:
+        self._changes += 1
         slot = self.policy.place(self.rng)
         self.stats["steps_written"] += 1
         if slot is None:
@@ -246,6 +250,7 @@ class ExperienceBuffer:
     def _release(self, slots: list[int]) -> None:
         if not slots:
             return
+        self._changes += 1
         self.policy.release(slots)
         self._slot_actor[slots] = -1
         self._slot_step[slots] = -1
@@ -256,8 +261,17 @@ class ExperienceBuffer:
 
     # -- reads --------------------------------------------------------------------------------
     def _complete(self) -> npt.NDArray[np.int64]:
+        """Slots whose step is complete, oldest write first (read-only: cached until the next
+        write or release, so an off-policy learner's many samples between two writes do not
+        each sort the table)."""
+        cached = self._complete_cache
+        if cached is not None and cached[0] == self._changes:
+            return cached[1]
         occupied = self.policy.occupied()
-        return occupied[self._slot_keys[occupied] >= len(self.schema.keys)]
+        complete = occupied[self._slot_keys[occupied] >= len(self.schema.keys)]
+        complete.setflags(write=False)
+        self._complete_cache = (self._changes, complete)
+        return complete
 
     def read(
         self, slots: Iterable[int] | npt.NDArray[np.int64], keys: Iterable[str] = ()

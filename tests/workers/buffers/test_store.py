@@ -150,3 +150,21 @@ def test_fifo_per_actor_waits_for_complete_steps_and_marks_them_sampled():
     assert (actor, order.tolist(), data["reward"].tolist()) == ("a", [0, 1, 2, 3], [0, 1, 2, 3])
     buffer.put("a", steps(4, 4))  # the sampled slots are free again (keep_unsampled)
     assert buffer.snapshot()["fifo_waiting"] == 4
+
+
+def test_samples_between_writes_see_every_write_and_release():
+    """The complete slots are kept between writes; each write, overwrite and killed actor's
+    release shows in the very next sample."""
+    buffer = ExperienceBuffer("replay", SCHEMA, capacity=8, eviction="fifo", seed=3)
+    buffer.put("a", steps(0, 2))
+    for _ in range(3):
+        assert set(buffer.sample_uniform(16)[1]["reward"].tolist()) <= {0, 1}
+    buffer.put("b", {"obs": steps(10, 3)["obs"]})  # not complete yet: no reward
+    assert set(buffer.sample_uniform(32)[1]["reward"].tolist()) <= {0, 1}
+    buffer.put("b", {"reward": steps(10, 3)["reward"]})
+    assert {10, 11, 12} <= set(buffer.sample_uniform(64)[1]["reward"].tolist())
+    buffer.drop_actor("b", since_step=0)
+    assert set(buffer.sample_uniform(32)[1]["reward"].tolist()) <= {0, 1}
+    buffer.put("c", steps(20, 8))  # FIFO: overwrites a's two steps
+    assert set(buffer.sample_uniform(64)[1]["reward"].tolist()) <= set(range(20, 28))
+    assert buffer.sample_full_batch()[1]["reward"].tolist() == list(range(20, 28))
