@@ -8,6 +8,13 @@ four arms from the same weights: standard, DARTS (adaptive budget), DARTS at a f
 Tail Batching, each over several RL seeds. DARTS comes from ``workers.algorithms.darts``
 (plan_batch, GroupRollout), Tail Batching's rounds from its ``TailBatchingPlanner``.
 
+The task is version 2 (``task.MIX_V2``): besides version 1's rambles that end in a guess, hard
+prompts have "correct but verbose" chains (§3.2.2 Pattern I), which the reward does not penalise.
+Version 1's full run is kept as ``darts_dynamics_task_v1.json`` (``LabConfig(task_version=1)``
+reproduces it). ``versus_standard`` splits each arm's token ratio into samples per step × tokens
+per sample: at DARTS's extra samples, the −20 % target needs tokens per sample at
+``0.8 / samples ratio`` of standard's.
+
 Targets (decided before any run): DARTS generates at least 20 % fewer tokens per training step
 than standard over the run (mean over seeds), and its final held-out accuracy is not below the
 95 % confidence interval of standard's; the workload check is that the warmed-up policy's longest
@@ -96,6 +103,11 @@ def run_summary(run: ArmResult, group_size: int) -> dict[str, float]:
         "generated_mean_length": float(np.mean([s.generated_mean_length for s in steps])),
         "kept_mean_length": float(np.mean([s.kept_mean_length for s in steps])),
         "samples_generated_per_step": float(np.mean([s.samples_generated for s in steps])),
+        "tokens_per_generated_sample": float(
+            sum(tokens) / max(1, sum(s.samples_generated for s in steps))
+        ),
+        "verbose_share_first_5": float(np.mean([s.verbose_share for s in steps[:5]])),
+        "verbose_share_last_20pct": _tail_mean([s.verbose_share for s in steps]),
         "budget_multiple_of_NM": float(
             np.mean([s.total_budget / max(1, s.prompts_trained * group_size) for s in steps])
         ),
@@ -142,7 +154,20 @@ def versus_standard(result: LabResult) -> dict[str, dict[str, Any]]:
             run_summary(r, result.config.group_size)["heldout_accuracy"] - base["heldout_accuracy"]
             for r, base in zip(runs, standard, strict=True)
         ]
+        arm = [run_summary(r, result.config.group_size) for r in runs]
+
+        def ratio(key: str, arm: list[dict[str, float]] = arm) -> float:
+            return float(np.mean([a[key] for a in arm]) / np.mean([b[key] for b in standard]))
+
+        samples = ratio("samples_generated_per_step")
         comparison[name] = {
+            # tokens per step = samples per step × tokens per sample, over the whole run
+            "token_ratio_decomposition": {
+                "tokens_per_step_ratio": ratio("tokens_per_step"),
+                "samples_per_step_ratio": samples,
+                "tokens_per_sample_ratio": ratio("tokens_per_generated_sample"),
+                "tokens_per_sample_ratio_needed_for_target": 0.8 / samples,
+            },
             "token_reduction_per_step_by_seed": reductions,
             "token_reduction_per_step_median": float(np.median(reductions)),
             "heldout_accuracy_delta_by_seed": accuracy_deltas,

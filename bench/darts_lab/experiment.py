@@ -4,7 +4,8 @@ One warmed-up policy (cached under ``var/darts_lab``) is trained by every arm an
 the same weights. Per seed, every arm sees the same prompt order and the same sampling seed.
 
 - ``standard``: ``M`` samples per prompt, all kept (GRPO as verl runs it).
-- ``darts``: budget (App. B, k once from the PTL curve, λ calibrated once to 1.5·N·M), allocation
+- ``darts``: budget (App. B, k once from the PTL curve, λ calibrated once to 1.5·N·M, ``ρ_t`` and
+  each prompt's variance censoring-aware, ``ρ_t`` weighing prompts equally), allocation
   (Alg. 1), dual-end selection and tail pruning with early stop (Alg. 2), all from
   ``workers.algorithms.darts``; finished samples stream into one ``GroupRollout`` per prompt and
   its aborts reach the generator at once.
@@ -82,6 +83,11 @@ class LabConfig:
     eval_prompts: int = 128
     final_eval_samples: int = 4
     threads: int = 1
+    task_version: int = 2  # the demonstration mix (task.MIXES); 1 is the mix without verbose chains
+
+    @property
+    def mix(self) -> task.DemonstrationMix:
+        return task.MIXES[self.task_version]
 
     def warmup_key(self) -> str:
         """Identifies a warm-up: the model shape, its schedule and the task's definition."""
@@ -90,9 +96,8 @@ class LabConfig:
             for k, v in asdict(self).items()
             if k.startswith("warmup_") or k in ("width", "layers", "heads", "data_seed")
         }
-        fields["task"] = [task.EASY_STYLE, task.HARD_STYLE, task.RAMBLE_ANSWER_RIGHT]
+        fields["task"] = asdict(self.mix)
         fields["task_shape"] = [VOCAB_SIZE, PROMPT_LENGTH, MAX_RESPONSE, task.EASY_SHARE]
-        fields["task_version"] = task.TASK_VERSION
         text = json.dumps(fields, sort_keys=True, default=list)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -111,6 +116,7 @@ class StepRecord:
     generated_mean_length: float
     generated_max_length: int
     kept_mean_length: float
+    verbose_share: float  # generated samples that ramble (darts §3.2.2's verbosity)
     train_reward: float
     loss: float
     rollout_seconds: float
@@ -176,14 +182,19 @@ class _DartsShaper:
     def observe(self, prompts: list[Prompt], outputs: list[list[GeneratedSample]]) -> None:
         every_length: list[int] = []
         censored: list[bool] = []
+        weights: list[float] = []
         for prompt, samples in zip(prompts, outputs, strict=True):
-            # Aborted samples enter with their partial length: a lower bound on the real one.
+            # Aborted samples enter with their partial length, a lower bound on the real one:
+            # censored, for the prompt's variance as for ρ_t's moments.
             lengths = [len(s.tokens) for s in samples]
-            self.store.observe(prompt.key, lengths)
+            flags = [s.aborted or s.truncated for s in samples]
+            self.store.observe(prompt.key, lengths, flags)
             every_length.extend(lengths)
-            censored.extend(s.aborted or s.truncated for s in samples)
-        # ρ_t's moments treat aborted and length-capped samples as censored (Kaplan–Meier).
-        self.moments.update(every_length, censored)
+            censored.extend(flags)
+            weights.extend([1.0 / len(samples)] * len(samples))
+        # ρ_t's moments treat aborted and length-capped samples as censored (Kaplan–Meier) and
+        # weigh every prompt equally whatever its M'_i (a dataset-level statistic, App. B).
+        self.moments.update(every_length, censored, weights)
 
 
 @dataclass
@@ -342,6 +353,7 @@ def run_arm(
                 generated_mean_length=float(np.mean(generated)),
                 generated_max_length=int(max(generated)),
                 kept_mean_length=float(np.mean(kept_lengths)) if kept_lengths else 0.0,
+                verbose_share=float(np.mean([task.RAMBLE in s.tokens for s in every])),
                 train_reward=reward,
                 loss=loss,
                 rollout_seconds=t1 - t0,
@@ -413,6 +425,7 @@ def warm_up(config: LabConfig, avoid: set[str], cache_dir: Path | None = CACHE_D
         skill_learning_rate=config.warmup_skill_learning_rate,
         style_learning_rate=config.warmup_style_learning_rate,
         rng=rng,
+        mix=config.mix,
     )
     seconds = time.perf_counter() - started
     state = copy.deepcopy(model.state_dict())

@@ -14,6 +14,11 @@ prompt's ``s`` and ``c``, measured on the held-out prompts).
   ``x1 … xc`` (``x_j = f(x_{j-1})``, ``x_0 = s``: one look-up per token) and then ``A xc EOS``:
   ``c + 3`` tokens. The demonstrations never answer a hard prompt directly except by a guess
   (a premature conclusion, right one time in ten), and an answer after a ramble is a guess too.
+- Task version 2 adds §3.2.2's "chains that are correct but verbose" on hard prompts: a ramble,
+  then the full correct chain and answer (:data:`MIX_V2`). The reward does not penalise that
+  verbosity, so only the choice of which samples train (dual-end selection, §4.1.3 Prop. 1)
+  can shed it; version 1 (:data:`MIX_V1`) has no such mode, and GRPO of every kind sheds its
+  rambles because they end in guesses.
 
 A response is ``.* digits* A x EOS``; reward 1 when the digit after the first ``A`` is right and
 EOS follows it, else 0. A response that reaches ``MAX_RESPONSE`` tokens without EOS is truncated.
@@ -24,10 +29,9 @@ warm-up's demonstrations mix, per prompt kind, a concise answer, the chain and a
 (``P(r ≥ x) = 2/x`` up to ``MAX_RAMBLE``), so the warmed-up policy's response lengths are
 long-tailed (darts §3.2.1: a batch's longest response is many times its mean).
 
-Known limit: the reward itself penalises the verbose tail (after a ramble a hard prompt's answer
-is a guess, an easy prompt's a coin flip), so GRPO of any kind sheds it within a few steps; what
-remains is the necessary chain length, which DARTS must not cut. Pattern I's "correct but
-verbose" chains, which the reward does not penalise, are not modelled.
+Known limit of version 1: the reward itself penalises the verbose tail (after a ramble a hard
+prompt's answer is a guess, an easy prompt's a coin flip), so GRPO of any kind sheds it within a
+few steps; what remains is the necessary chain length, which DARTS must not cut.
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-TASK_VERSION = 1  # part of the warm-up cache key: bump when the task or its demonstrations change
 PAD, BOS, EOS, ANSWER, RAMBLE, EQUALS = range(6)
 DIGIT0 = 6
 BASE = 10
@@ -48,10 +51,33 @@ MAX_RESPONSE = 96
 MAX_RAMBLE = MAX_RESPONSE - 6
 EASY_SHARE = 0.4  # share of prompts with c = 1; the rest draw c uniformly from 2 … 12
 
-# Demonstration mix of the style warm-up: (concise answer, chain, ramble) shares.
-EASY_STYLE = (0.5, 0.15, 0.35)
-HARD_STYLE = (0.2, 0.45, 0.35)  # a concise answer to a hard prompt is a guess
-RAMBLE_ANSWER_RIGHT = 0.5  # an easy prompt's answer after rambling is right this often
+
+@dataclass(frozen=True)
+class DemonstrationMix:
+    """The style warm-up's response modes per prompt kind, as shares summing to 1: a concise
+    answer (a guess on a hard prompt), the chain, a verbose chain (a ramble, then the correct
+    chain and answer) and a ramble ending in an answer (right ``ramble_answer_right`` of the time
+    on an easy prompt, a guess on a hard one). ``version`` is part of the warm-up cache key."""
+
+    version: int
+    easy: tuple[float, float, float, float]
+    hard: tuple[float, float, float, float]
+    ramble_answer_right: float
+
+    def __post_init__(self) -> None:
+        for shares in (self.easy, self.hard):
+            if min(shares) < 0 or abs(sum(shares) - 1.0) > 1e-9:
+                raise ValueError("each kind's shares must be non-negative and sum to 1")
+
+
+MIX_V1 = DemonstrationMix(
+    version=1, easy=(0.5, 0.15, 0.0, 0.35), hard=(0.2, 0.45, 0.0, 0.35), ramble_answer_right=0.5
+)
+# Version 2 moves part of the hard prompts' chains and rambles to correct-but-verbose chains.
+MIX_V2 = DemonstrationMix(
+    version=2, easy=(0.5, 0.15, 0.0, 0.35), hard=(0.2, 0.3, 0.3, 0.2), ramble_answer_right=0.5
+)
+MIXES = {mix.version: mix for mix in (MIX_V1, MIX_V2)}
 
 _SYMBOLS = {PAD: "_", BOS: "^", EOS: "$", ANSWER: "A", RAMBLE: ".", EQUALS: "="}
 
@@ -134,17 +160,23 @@ def ramble_length(rng: np.random.Generator) -> int:
     return int(min(MAX_RAMBLE, np.floor(2.0 / (1.0 - rng.random()))))
 
 
-def demonstration(prompt: Prompt, rng: np.random.Generator) -> list[int]:
+def demonstration(
+    prompt: Prompt, rng: np.random.Generator, mix: DemonstrationMix = MIX_V2
+) -> list[int]:
     """One response of the verbose, noisy mix the style warm-up fits (before RL)."""
-    concise, chain, _ = EASY_STYLE if not prompt.hard else HARD_STYLE
+    concise, chain, verbose, _ = mix.easy if not prompt.hard else mix.hard
     draw = rng.random()
     guess = int(rng.integers(0, BASE))
     if draw < concise:
         return _answer(prompt.answer if not prompt.hard else guess)
     if draw < concise + chain:
         return _chain_response(prompt)
+    if draw < concise + chain + verbose:
+        correct = skill_demonstration(prompt)
+        ramble = [RAMBLE] * min(ramble_length(rng), MAX_RESPONSE - len(correct))
+        return [*ramble, *correct]
     ramble = [RAMBLE] * ramble_length(rng)
-    right = not prompt.hard and rng.random() < RAMBLE_ANSWER_RIGHT
+    right = not prompt.hard and rng.random() < mix.ramble_answer_right
     return [*ramble, *_answer(prompt.answer if right else guess)]
 
 

@@ -12,8 +12,11 @@ from torch.nn import functional as F
 from bench.darts_lab.model import TinyCausalLM
 from bench.darts_lab.rollout import generate
 from bench.darts_lab.task import (
+    MIX_V2,
     PAD,
     PROMPT_LENGTH,
+    RAMBLE,
+    DemonstrationMix,
     Prompt,
     demonstration,
     score,
@@ -61,13 +64,14 @@ def supervised_warmup(
     style_learning_rate: float,
     rng: np.random.Generator,
     skill_accuracy: float = 0.98,
+    mix: DemonstrationMix = MIX_V2,
 ) -> tuple[list[float], int]:
     """Two-phase supervised warm-up on fresh prompts: the skill first, then the verbose style.
 
     Phase 1 teaches the clean responses (a direct answer for one look-up, the chain of look-ups
     otherwise) until the teacher-forced accuracy over their tokens, averaged over the last 20
     batches, reaches ``skill_accuracy`` or ``skill_max_steps`` pass. Phase 2 fits the verbose
-    demonstration mix (rambling, guessing) for ``style_steps`` at a lower rate, so GRPO starts
+    demonstration ``mix`` (rambling, guessing) for ``style_steps`` at a lower rate, so GRPO starts
     from a policy that can answer but has the long, noisy length distribution of darts §3.2.
     ``draw_prompts(n)`` gives ``n`` new prompts per batch (never the RL or held-out sets, so the
     skill is learnt rather than memorised). Returns the losses and the number of skill steps.
@@ -90,7 +94,7 @@ def supervised_warmup(
     for _ in range(style_steps):
         prompts = draw_prompts(batch_size)
         loss, _ = _supervised_step(
-            model, optimizer, prompts, [demonstration(p, rng) for p in prompts]
+            model, optimizer, prompts, [demonstration(p, rng, mix) for p in prompts]
         )
         losses.append(loss)
     return losses, skill_steps
@@ -169,6 +173,9 @@ class Evaluation:
     accuracy_hard: float
     lengths_easy: list[int]
     lengths_hard: list[int]
+    verbose_share_easy: float = 0.0
+    verbose_share_hard: float = 0.0
+    verbose_accuracy_hard: float = float("nan")
 
     @property
     def mean_length(self) -> float:
@@ -189,6 +196,9 @@ class Evaluation:
             "mean_length": self.mean_length,
             "max_length": float(max(self.lengths_easy + self.lengths_hard, default=0)),
             "max_over_mean_length": self.max_over_mean_length,
+            "verbose_share_easy": self.verbose_share_easy,
+            "verbose_share_hard": self.verbose_share_hard,
+            "verbose_accuracy_hard": self.verbose_accuracy_hard,
         }
 
 
@@ -205,10 +215,23 @@ def evaluate(
     expected reward is what GRPO optimises.
     """
     outputs = generate(model, prompts, [samples] * len(prompts), generator)
-    rewards = np.array(
-        [[score(p, s.tokens) for s in out] for p, out in zip(prompts, outputs, strict=True)]
-    ).mean(axis=1)
+    scores = [[score(p, s.tokens) for s in out] for p, out in zip(prompts, outputs, strict=True)]
+    rewards = np.array(scores).mean(axis=1)
     hard = np.array([p.hard for p in prompts])
+    # Responses that ramble (darts §3.2.2's verbosity), per prompt kind, and how often the hard
+    # ones are still right (Pattern I's "correct but verbose").
+    rambles = [[RAMBLE in s.tokens for s in out] for out in outputs]
+    verbose = {
+        kind: [r for p, row in zip(prompts, rambles, strict=True) if p.hard == kind for r in row]
+        for kind in (False, True)
+    }
+    verbose_right = [
+        right
+        for p, row, row_scores in zip(prompts, rambles, scores, strict=True)
+        if p.hard
+        for rambled, right in zip(row, row_scores, strict=True)
+        if rambled
+    ]
     return Evaluation(
         accuracy=float(rewards.mean()),
         accuracy_easy=float(rewards[~hard].mean()) if (~hard).any() else float("nan"),
@@ -222,4 +245,7 @@ def evaluate(
         lengths_hard=[
             len(s.tokens) for p, out in zip(prompts, outputs, strict=True) if p.hard for s in out
         ],
+        verbose_share_easy=float(np.mean(verbose[False])) if verbose[False] else 0.0,
+        verbose_share_hard=float(np.mean(verbose[True])) if verbose[True] else 0.0,
+        verbose_accuracy_hard=float(np.mean(verbose_right)) if verbose_right else float("nan"),
     )

@@ -19,6 +19,8 @@ from bench.darts_lab.task import (
     EOS,
     MAX_RAMBLE,
     MAX_RESPONSE,
+    MIX_V1,
+    MIX_V2,
     PROMPT_LENGTH,
     RAMBLE,
     VOCAB_SIZE,
@@ -88,6 +90,25 @@ def test_demonstrations_have_a_long_tail():
     lengths = [len(demonstration(p, rng)) for p in prompts]
     assert max(lengths) <= MAX_RESPONSE
     assert max(lengths) >= 8 * np.mean(lengths)
+
+
+def _verbose_chain(prompt, response):
+    """A ramble, then the prompt's whole correct chain and answer."""
+    clean = skill_demonstration(prompt)
+    return response[0] == RAMBLE and response[-len(clean) :] == clean and len(response) > len(clean)
+
+
+def test_version_2_adds_correct_but_verbose_chains_on_hard_prompts():
+    rng = np.random.default_rng(2)
+    prompts = make_prompts(600, rng)
+    hard = [p for p in prompts if p.hard]
+    v2 = [(p, demonstration(p, rng, MIX_V2)) for p in hard]
+    verbose = [r for p, r in v2 if _verbose_chain(p, r)]
+    assert 0.2 < len(verbose) / len(v2) < 0.4
+    assert all(score(p, r) == 1.0 for p, r in v2 if _verbose_chain(p, r))
+    assert all(len(r) <= MAX_RESPONSE for _, r in v2)
+    # version 1's hard rambles end in a guess, never in the chain
+    assert not any(_verbose_chain(p, demonstration(p, rng, MIX_V1)) for p in hard)
 
 
 def test_group_advantages():
@@ -163,6 +184,7 @@ def test_tiny_lab_runs_every_arm_and_seed():
                 assert first.samples_generated == 2 * n * m
                 assert first.prompts_trained == n
                 assert first.samples_aborted > 0
+            assert {"verbose_share_hard", "verbose_accuracy_hard"} <= set(run_result.final)
         if name == "darts_budget_1.5NM":
             assert all(s.total_budget == 24 for s in runs[0].steps[1:])
     summary = summarise(result)
