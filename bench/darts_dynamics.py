@@ -9,9 +9,15 @@ Tail Batching, each over several RL seeds. DARTS comes from ``workers.algorithms
 (plan_batch, GroupRollout), Tail Batching's rounds from its ``TailBatchingPlanner``.
 
 The task is version 2 (``task.MIX_V2``): besides version 1's rambles that end in a guess, hard
-prompts have "correct but verbose" chains (§3.2.2 Pattern I), which the reward does not penalise.
-Version 1's full run is kept as ``darts_dynamics_task_v1.json`` (``LabConfig(task_version=1)``
-reproduces it). ``versus_standard`` splits each arm's token ratio into samples per step × tokens
+prompts have "correct but verbose" chains (§3.2.2 Pattern I), which the reward does not penalise
+when the chain after the ramble is right.
+Version 1's full run is kept as ``darts_dynamics_task_v1.json``; ``LabConfig(task_version=1)``
+reproduces its warm-up and its standard and Tail Batching arms (the DARTS arms' length moments
+have changed since: censored per-prompt variance, prompts weighed equally in ``ρ_t``). The
+evaluation reports how often the warmed-up model's verbose hard responses are right: the
+demonstrations' verbose chains are correct, the model's need not be.
+
+``versus_standard`` splits each arm's token ratio into samples per step × tokens
 per sample: at DARTS's extra samples, the −20 % target needs tokens per sample at
 ``0.8 / samples ratio`` of standard's.
 

@@ -16,8 +16,9 @@ prompt's ``s`` and ``c``, measured on the held-out prompts).
   (a premature conclusion, right one time in ten), and an answer after a ramble is a guess too.
 - Task version 2 adds §3.2.2's "chains that are correct but verbose" on hard prompts: a ramble,
   then the full correct chain and answer (:data:`MIX_V2`). The reward does not penalise that
-  verbosity, so only the choice of which samples train (dual-end selection, §4.1.3 Prop. 1)
-  can shed it; version 1 (:data:`MIX_V1`) has no such mode, and GRPO of every kind sheds its
+  verbosity when the model executes the chain right after its ramble, so only the choice of
+  which samples train (dual-end selection, §4.1.3 Prop. 1) can shed it; version 1
+  (:data:`MIX_V1`) has no such mode, and GRPO of every kind sheds its
   rambles because they end in guesses.
 
 A response is ``.* digits* A x EOS``; reward 1 when the digit after the first ``A`` is right and
