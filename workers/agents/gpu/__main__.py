@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device-memory-mb", type=int, help="memory per device for the cache")
     parser.add_argument("--service", action="append", default=[], help="see above; repeatable")
     parser.add_argument("--make-checkpoint", action="append", default=[], metavar="TASK:DIR")
+    parser.add_argument(
+        "--host-compute-slots",
+        action="store_true",
+        help="CPU stand-ins: execute at most as many requests at once as the host has cores",
+    )
     return parser
 
 
@@ -77,12 +82,13 @@ async def main_async(args: argparse.Namespace) -> None:
         services[backend.name] = backend
     if not services:
         raise SystemExit("at least one --service is required")
+    slots = compute_slots(devices) if args.host_compute_slots else None
     transport = RedisStreamsTransport(args.redis_url)
     agent = GpuAgent(
         transport=transport,
         node_id=args.node_id,
         pool=args.pool,
-        cache=ServiceCache(devices, services, compute_slots=compute_slots(devices)),
+        cache=ServiceCache(devices, services, compute_slots=slots),
         streams=streams_from(args),
         settings=settings_from(args),
     )

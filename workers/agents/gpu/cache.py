@@ -17,7 +17,9 @@ CPU stand-in devices are not independent the way GPUs are: they all compute on t
 cores. ``compute_slots`` (None on GPUs) bounds how many requests execute at once on the node,
 in arrival order, so that a stand-in computes one request at full speed rather than
 time-slicing the cores with every other busy stand-in; a request waiting for a slot holds its
-chunk, and the wait counts as queue time.
+chunk, and the wait counts as queue time. On a host whose cores other work also uses, fewer
+runnable threads also means a smaller share of those cores, so the agent leaves it off unless
+asked (``--host-compute-slots``).
 """
 
 from __future__ import annotations
