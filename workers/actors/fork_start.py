@@ -3,7 +3,8 @@
 A zygote started as a fresh interpreter imports the program's libraries again (torch alone is
 about a CPU-second), on the critical path before the first actor samples. When the pool runs
 inside the job's own process, which has usually imported them already, forking that process
-gives the zygote those modules for nothing: it only prepares the program and serves.
+gives the zygote those modules for nothing: it only prepares the program and serves. It leaves
+its heap in the parent's pages (no huge-page collapse, which would copy all of it).
 
 Forking is safe only while this process runs no other thread of Python's and holds no ZeroMQ
 context (its I/O threads would not exist in the child, and a lock one of them held would stay
@@ -80,7 +81,9 @@ def fork_zygote(program: str, control: socket.socket, manager_end: socket.socket
         try:
             manager_end.close()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as a fresh interpreter's
-            serve_program(program, control)
+            # no huge-page collapse: it would copy the job's whole heap (shared copy-on-write)
+            # to make actor forks cheaper, and kept-warm actors fork rarely
+            serve_program(program, control, collapse=False)
             code = 0
         except BaseException:
             traceback.print_exc()

@@ -541,15 +541,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def serve_program(program_path: str, control: socket.socket) -> None:
+def serve_program(program_path: str, control: socket.socket, collapse: bool = True) -> None:
     """The zygote's life: prepare the program once, report ``prepared``, serve the pool
-    manager's requests until it sends ``exit`` or goes away."""
+    manager's requests until it sends ``exit`` or goes away. ``collapse``: move the heap
+    into huge pages first (cheap in a fresh interpreter, whose heap malloc already placed
+    in them; a forked zygote's heap is its parent's, shared copy-on-write, and collapsing it
+    copies all of it)."""
     started = time.monotonic()
     program = load_program(program_path)
     program.prepare()
     preload_actor_modules()
     gc.freeze()  # the prepared heap stays out of the children's collections: fewer COW copies
-    huge_page_bytes = collapse_to_huge_pages()
+    huge_page_bytes = collapse_to_huge_pages() if collapse else 0
     send(
         control,
         {
