@@ -20,6 +20,7 @@ logger = logging.getLogger(__name__)
 
 _READ_CHUNK = 64 * 1024
 BLOCKING_THREADS = 4
+_KILL_RETRY_S = 0.25  # how long a reap waits for the child before it kills the leftovers again
 
 
 @dataclass(frozen=True)
@@ -169,17 +170,28 @@ async def _reap(
     kill_leftovers: Callable[[], Awaitable[object]],
     pipe_drain_s: float,
 ) -> tuple[bytes, bool, float]:
-    """Kill what is left, reap the child, collect the output: (output, truncated, finished)."""
-    await kill_leftovers()
-    try:  # asyncio's wait() also waits for the pipe; the exit status is there regardless
-        await asyncio.wait_for(process.wait(), pipe_drain_s)
-    except TimeoutError:
+    """Kill what is left, reap the child, collect the output: (output, truncated, finished).
+
+    The kill is repeated until the child is gone: a process the action starts after a kill
+    (a Docker exec that dockerd had not started yet when the timeout fired, a fork racing the
+    scan) would otherwise run on, with only the CLI client killed after ``pipe_drain_s``."""
+    deadline = time.monotonic() + pipe_drain_s
+    while True:
+        await kill_leftovers()
+        remaining = deadline - time.monotonic()
+        try:  # asyncio's wait() also waits for the pipe; the exit status is there regardless
+            await asyncio.wait_for(process.wait(), max(0.0, min(_KILL_RETRY_S, remaining)))
+            break
+        except TimeoutError:
+            if time.monotonic() < deadline:
+                continue
         logger.error(
             "%s: child (%s) or its pipe outlived the kill", dispatch.key, process.returncode
         )
         if process.returncode is None:
             process.kill()
             await process.wait()
+        break
     finished = time.time()
     try:
         output, truncated = await asyncio.wait_for(reader, pipe_drain_s)
