@@ -12,13 +12,14 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from workers.engine.asgi import Server, bind
+from workers.engine.asgi import bind
 from workers.router.app import RouterApp
 from workers.router.live_policy import PolicyFeed
 from workers.router.policies import POLICIES, RoutingPolicy, make_policy
 from workers.router.pool import WorkerPool
 from workers.router.predictor_feed import PredictorFeed
 from workers.router.registry import Registry, RegistryNames, StatePublisher
+from workers.router.server import DEFAULT_SERVER, SERVERS, make_server
 from workers.router.trajectories import TrajectoryTable
 from workers.router.upstream import Upstream
 
@@ -47,6 +48,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="no keys and no trajectory registry (local experiments only; refuses --redis-url)",
     )
     parser.add_argument("--health-interval", type=float, default=1.0)
+    parser.add_argument(
+        "--http-server",
+        choices=sorted(SERVERS),
+        default=DEFAULT_SERVER,
+        help="lean: the router's own HTTP/1.1 server (workers/router/server.py); uvicorn",
+    )
     parser.add_argument(
         "--name",
         default=os.environ.get("LOOM_ROUTER_NAME", "router"),
@@ -165,7 +172,7 @@ async def main(args: argparse.Namespace) -> None:
             client, names, args.name, app.forwarder, policy_named, predictor=args.predictor,
             predictors=feed,
         )  # fmt: skip
-    server = Server(app, bind(args.host, args.port))
+    server = make_server(app, bind(args.host, args.port), args.http_server)
     await pool.start()
     await publisher.start()
     if registry is not None:

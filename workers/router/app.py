@@ -229,7 +229,8 @@ class RouterApp:
             group_id=str(group_id) if group_id else None,
             prompt_tokens=spec.prompt_tokens,
         )
-        await self.forwarder.forward(state, path, body, spec, receive, send)
+        raw = scope.get("extensions", {}).get("loom.raw_stream")  # the router's own server
+        await self.forwarder.forward(state, path, body, spec, receive, send, raw)
 
     # ------------------------------------------------------------------ loom endpoints
     async def _loom(

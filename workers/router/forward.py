@@ -20,11 +20,12 @@ from workers.engine.asgi import JSON_HEADERS, SSE_HEADERS, Receive, Send, dumps,
 from workers.engine.openai_api import GenerationSpec
 from workers.router.policies import RoutingPolicy
 from workers.router.pool import InFlight, LLMWorker, WorkerPool
+from workers.router.relay import USAGE as _USAGE
+from workers.router.relay import RawStream, StreamRelay
 from workers.router.trajectories import TERMINAL, TrajectoryState, TrajectoryTable
 from workers.router.upstream import UpstreamLost, UpstreamResponse
 
 _HEADERS = ((b"content-type", b"application/json"),)
-_USAGE = b'"usage"'
 
 
 class RouterError(Exception):
@@ -96,7 +97,10 @@ class Forwarder:
         spec: GenerationSpec,
         receive: Receive,
         send: Send,
+        raw: RawStream | None = None,
     ) -> None:
+        """``raw``: the router's own server's stream writer, relayed to from the worker
+        connection's callbacks (:mod:`.relay`); None under any other ASGI server."""
         if state.status in TERMINAL:
             raise RouterError(
                 409, "X-Loom-Trajectory", f"trajectory already {state.status}", "trajectory_ended"
@@ -155,6 +159,8 @@ class Forwarder:
         try:
             if response.status != 200 or not spec.stream:
                 await self._relay_whole(response, send, step)
+            elif raw is not None:
+                await self._relay_raw(response, raw, step, strip_usage, flight)
             else:
                 await self._relay_stream(response, send, step, strip_usage, flight)
         finally:
@@ -244,6 +250,23 @@ class Forwarder:
             )
             return
         await send({"type": "http.response.body", "body": pending, "more_body": False})
+
+    async def _relay_raw(
+        self,
+        response: UpstreamResponse,
+        raw: RawStream,
+        step: _Step,
+        strip_usage: bool,
+        flight: InFlight,
+    ) -> None:
+        raw.stream_start(SSE_HEADERS)
+        relay = StreamRelay(raw, step, strip_usage, flight, self._take_usage, worker_lost_event)
+        raw.stream_throttle(response.transport)
+        try:
+            response.attach(relay)
+            await relay.done
+        finally:
+            raw.stream_throttle(None)
 
     @staticmethod
     def _take_usage(chunk: bytes, step: _Step, strip: bool) -> bytes:

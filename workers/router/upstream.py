@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import AsyncIterator
-from typing import cast
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -41,8 +41,11 @@ class _Connection(asyncio.Protocol):
         self.upstream._connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        response = self.response
         try:
             self.parser.feed_data(data)
+            if response is not None and response._sink is not None:
+                response._sink.flush()  # what this read brought, relayed in one write
         except httptools.HttpParserUpgrade:
             self._fail(UpstreamLost("unexpected protocol upgrade from the worker"))
         except httptools.HttpParserError as exc:
@@ -83,9 +86,19 @@ class _Connection(asyncio.Protocol):
         response._complete(keep)
 
 
+class BodySink(Protocol):
+    """Takes a response's body from the socket callbacks (:meth:`UpstreamResponse.attach`)."""
+
+    def feed(self, body: bytes) -> None: ...  # a piece of the body, more may follow in this read
+    def flush(self) -> None: ...  # the end of one socket read
+    def end(self) -> None: ...  # the whole body arrived
+    def lost(self, error: Exception) -> None: ...  # the connection failed before the end
+
+
 class UpstreamResponse:
     """A response being received: ``status``/``headers`` once :meth:`Upstream.request` returns,
-    the body through :meth:`chunks` or :meth:`read`. Release it by reading to the end or
+    the body through :meth:`chunks` or :meth:`read`, or handed to a :class:`BodySink` from the
+    socket callbacks as it arrives (:meth:`attach`). Release it by reading to the end or
     :meth:`abort`."""
 
     def __init__(self, upstream: Upstream, connection: _Connection) -> None:
@@ -101,6 +114,27 @@ class UpstreamResponse:
         self.reused = False  # sent on a pooled connection (retried once if found closed)
         self.aborted = False  # closed from our side (never retried)
         self.request: tuple[str, str, bytes, tuple[tuple[bytes, bytes], ...]] = ("", "", b"", ())
+        self._sink: BodySink | None = None
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        """The worker connection's transport (to pause reading it while a client is slow)."""
+        return self._connection.transport
+
+    def attach(self, sink: BodySink) -> None:
+        """From now on the body goes to ``sink`` from the socket callbacks, with no task
+        switch between the worker's bytes and the sink (what arrived before is fed at once)."""
+        self._sink = sink
+        if self._chunks:
+            for chunk in self._chunks:
+                sink.feed(chunk)
+            self._chunks.clear()
+            sink.flush()
+        if self._done:
+            if self._error is not None:
+                sink.lost(self._error)
+            else:
+                sink.end()
 
     def header(self, name: bytes) -> bytes | None:
         for key, value in self.headers:
@@ -118,12 +152,17 @@ class UpstreamResponse:
             self._headers.set_result(None)
 
     def _push(self, body: bytes) -> None:
+        if self._sink is not None:
+            self._sink.feed(body)
+            return
         self._chunks.append(body)
         self._wake()
 
     def _complete(self, keep_alive: bool) -> None:
         self._done = True
         self._upstream._release(self._connection, reusable=keep_alive)
+        if self._sink is not None:
+            self._sink.end()
         self._wake()
 
     def _fail(self, error: Exception) -> None:
@@ -133,6 +172,8 @@ class UpstreamResponse:
         self._done = True
         if not self._headers.done():
             self._headers.set_exception(error)
+        if self._sink is not None:
+            self._sink.lost(error)
         self._wake()
 
     @property

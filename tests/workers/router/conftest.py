@@ -17,6 +17,7 @@ from workers.router.app import RouterApp
 from workers.router.policies import RoutingPolicy, make_policy
 from workers.router.pool import WorkerPool
 from workers.router.registry import Registry, RegistryNames, StatePublisher
+from workers.router.server import DEFAULT_SERVER, LeanServer, make_server
 
 FAST = 0.01  # wall seconds per modelled second
 MODEL = "tiny"
@@ -30,7 +31,7 @@ class Stack:
     engine_servers: list[Server]
     pool: WorkerPool
     app: RouterApp
-    router: Server
+    router: Server | LeanServer
     registry: Registry
     publisher: StatePublisher
     names: RegistryNames
@@ -51,6 +52,7 @@ async def start_stack(
     policy: RoutingPolicy | None = None,
     max_batch: int = 8,
     engine_factory: Callable[[], Engine] | None = None,
+    http_server: str = DEFAULT_SERVER,
 ) -> Stack:
     """Engines (emulated unless ``engine_factory`` makes others) behind a router on Redis."""
     make = engine_factory or (
@@ -83,7 +85,7 @@ async def start_stack(
         admin_token="admin-secret",
         publish=publisher.publish,
     )
-    router = Server(app, bind())
+    router = make_server(app, bind(), http_server)
     await router.start()
     return Stack(emulated, servers, pool, app, router, registry, publisher, names)
 
