@@ -22,8 +22,9 @@ from bench._artos_cpu import become_subreaper, tree_cpu_seconds, tree_pids
 from bench._artos_workload import Workload
 
 
-def _reap_all(timeout_s: float = 20.0) -> list[int]:
-    """Wait for every descendant; kill (by pid) what is still there after ``timeout_s``."""
+def _reap_all(timeout_s: float = 20.0) -> list[str]:
+    """Wait for every descendant; kill (by pid) what is still there after ``timeout_s`` and
+    return those, described."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -36,6 +37,7 @@ def _reap_all(timeout_s: float = 20.0) -> list[int]:
             return []
         time.sleep(0.1)
     left = tree_pids()
+    names = [_described(pid) for pid in left]
     for pid in left:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -44,7 +46,18 @@ def _reap_all(timeout_s: float = 20.0) -> list[int]:
             pass
     except ChildProcessError:
         pass
-    return left
+    return names
+
+
+def _described(pid: int) -> str:
+    """``pid (name, state)`` of a process still there, for the run's record of leftovers."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return f"{pid} (gone)"
+    name = text[text.index("(") + 1 : text.rindex(")")]
+    state = text[text.rindex(")") + 2 :].split()[0]
+    return f"{pid} ({name}, {state})"
 
 
 LEARNER_THREADS = 1  # both systems' learners; intra-op threads on 2 shared cores only contend
@@ -89,6 +102,7 @@ def run(system: str, workload: Workload, device: str, lock_dir: str) -> dict[str
         total_cpu_s=tree_cpu_seconds()[0] - cpu_before,
         subreaper=subreaper,
         leftover_processes_killed=len(killed),
+        leftover_processes=killed,
     )
     return result
 

@@ -56,7 +56,7 @@ def test_quick_run_scales_both_systems_and_leaves_no_process():
         (result,) = runs[system]
         assert [row["actors"] for row in result["iterations"]] == schedule
         assert all(row["cpu_s"] >= 0 for row in result["iterations"])
-        assert result["leftover_processes_killed"] == 0
+        assert result["leftover_processes_killed"] == 0, (system, result["leftover_processes"])
     assert runs["loom"][0]["zygote_starts"] == 1
     assert runs["ray"][0]["actors_created"] == max(schedule)
     assert runs["ray"][0]["actors_killed"] == max(schedule) - schedule[-1]

@@ -27,7 +27,7 @@ def test_quick_run_compares_both_systems(bench: ModuleType, tmp_path):
     for system in ("loom", "ray"):
         (result,) = runs[system]
         assert result["curve"] and result["env_steps"] > 0
-        assert result["leftover_processes_killed"] == 0
+        assert result["leftover_processes_killed"] == 0, (system, result["leftover_processes"])
         assert result["total_cpu_s"] > 0 and result["learner_held_s"] > 0
     assert runs["loom"][0]["learner_leases"] >= 1 and runs["ray"][0]["learner_leases"] == 1
     assert runs["loom"][0]["zygote_started_by"] == "fork"  # a run's process has no threads yet
