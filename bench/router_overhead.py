@@ -7,6 +7,13 @@ control plane's Redis registry and trajectory state published on its stream — 
 path; open mode when Redis is unreachable, recorded in ``params``), and this client (uvloop, the
 router's own keep-alive upstream client, so the client's cost is the same on both sides).
 
+The router runs twice, one process per HTTP server it can serve on (``--http-server``: its
+own lean server, :mod:`workers.router.server`, which relays a worker's stream from the socket
+callbacks; and uvicorn), both in front of the same engine; each pair of segments below measures
+every router against the same direct segment. The series ``cN`` is the router's default server
+(the targets read it) and ``cN_<server>`` the other, measured in the same run (``params``
+names which is which).
+
 ``C`` closed-loop streams (C = 1 and 256), each its own trajectory, send streamed completions
 of ``tokens`` output tokens back to back. Segments alternate direct → via router, ``pairs``
 times; each pair gives the difference of the two segments' p50 end-to-end times (request sent
@@ -42,10 +49,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import BenchReport, Target
+from workers.router.server import DEFAULT_SERVER, SERVERS
 
 NAME = "router_overhead"
 MODEL = "loom-emulated"
 KEY = "loom_bench_router_overhead"
+HTTP_SERVERS = tuple(sorted(SERVERS))  # every router HTTP server, measured in the same run
 HEADERS = ((b"content-type", b"application/json"), (b"authorization", b"Bearer " + KEY.encode()))
 
 
@@ -152,73 +161,77 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    added = [r["router_e2e_p50_ms"] - r["direct_e2e_p50_ms"] for r in rows]
+    direct_p50 = statistics.median(r["direct_e2e_p50_ms"] for r in rows)
+    return {
+        "added_p50_ms": statistics.median(added),
+        "added_ttft_p50_ms": statistics.median(
+            r["router_ttft_p50_ms"] - r["direct_ttft_p50_ms"] for r in rows
+        ),
+        "direct_e2e_p50_ms": direct_p50,
+        "added_fraction": statistics.median(added) / direct_p50,
+    }
+
+
+def _row(direct: dict[str, list[float]], routed: dict[str, list[float]]) -> dict[str, Any]:
+    return {
+        "direct_e2e_p50_ms": _p50_ms(direct["e2e"]),
+        "router_e2e_p50_ms": _p50_ms(routed["e2e"]),
+        "direct_ttft_p50_ms": _p50_ms(direct["ttft"]),
+        "router_ttft_p50_ms": _p50_ms(routed["ttft"]),
+        "requests_per_side": len(direct["e2e"]),
+    }
+
+
 async def _measure(
     engine_url: str,
-    router_url: str,
-    router_pid: int,
+    routers: dict[str, tuple[str, int]],
     concurrency: int,
     per_stream: int,
     tokens: int,
     pairs: int,
-) -> dict[str, Any]:
+) -> dict[str, dict[str, Any]]:
+    """Per router (its HTTP server's name: URL and pid), the added latency at ``concurrency``.
+    Each pair is one direct segment then one segment through each router, so every router is
+    compared with the same direct baseline; the mixed segments run once per router per pair."""
     await _segment(engine_url, concurrency, 1, tokens, routed=False)  # warm-up: connections
-    await _segment(router_url, concurrency, 1, tokens, routed=True)
-    rows = []
+    for router_url, _ in routers.values():
+        await _segment(router_url, concurrency, 1, tokens, routed=True)
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in routers}
     for _ in range(pairs):
         direct = await _segment(engine_url, concurrency, per_stream, tokens, routed=False)
-        cpu_before = _cpu_seconds(router_pid)
-        routed = await _segment(router_url, concurrency, per_stream, tokens, routed=True)
-        cpu = _cpu_seconds(router_pid) - cpu_before
-        rows.append(
-            {
-                "direct_e2e_p50_ms": _p50_ms(direct["e2e"]),
-                "router_e2e_p50_ms": _p50_ms(routed["e2e"]),
-                "direct_ttft_p50_ms": _p50_ms(direct["ttft"]),
-                "router_ttft_p50_ms": _p50_ms(routed["ttft"]),
-                "requests_per_side": len(direct["e2e"]),
-                "router_cpu_us_per_request": cpu / len(routed["e2e"]) * 1e6,
-            }
-        )
-    added = [r["router_e2e_p50_ms"] - r["direct_e2e_p50_ms"] for r in rows]
-    added_ttft = [r["router_ttft_p50_ms"] - r["direct_ttft_p50_ms"] for r in rows]
-    direct_p50 = statistics.median(r["direct_e2e_p50_ms"] for r in rows)
-    mixed: dict[str, Any] = {}
+        for name, (router_url, router_pid) in routers.items():
+            cpu_before = _cpu_seconds(router_pid)
+            routed = await _segment(router_url, concurrency, per_stream, tokens, routed=True)
+            cpu = _cpu_seconds(router_pid) - cpu_before
+            row = _row(direct, routed)
+            row["router_cpu_us_per_request"] = cpu / len(routed["e2e"]) * 1e6
+            rows[name].append(row)
+    mixed_rows: dict[str, list[dict[str, Any]]] = {name: [] for name in routers}
     if concurrency > 1:
-        mixed_rows = []
         for _ in range(pairs):
-            both = await _mixed_segment(engine_url, router_url, concurrency, per_stream, tokens)
-            mixed_rows.append(
-                {
-                    "direct_e2e_p50_ms": _p50_ms(both["direct"]["e2e"]),
-                    "router_e2e_p50_ms": _p50_ms(both["routed"]["e2e"]),
-                    "direct_ttft_p50_ms": _p50_ms(both["direct"]["ttft"]),
-                    "router_ttft_p50_ms": _p50_ms(both["routed"]["ttft"]),
-                    "requests_per_side": len(both["direct"]["e2e"]),
-                }
-            )
-        mixed_added = [r["router_e2e_p50_ms"] - r["direct_e2e_p50_ms"] for r in mixed_rows]
-        mixed_direct = statistics.median(r["direct_e2e_p50_ms"] for r in mixed_rows)
-        mixed = {
-            "mixed_pairs": mixed_rows,
-            "mixed_added_p50_ms": statistics.median(mixed_added),
-            "mixed_added_ttft_p50_ms": statistics.median(
-                r["router_ttft_p50_ms"] - r["direct_ttft_p50_ms"] for r in mixed_rows
+            for name, (router_url, _) in routers.items():
+                both = await _mixed_segment(engine_url, router_url, concurrency, per_stream, tokens)
+                mixed_rows[name].append(_row(both["direct"], both["routed"]))
+    results: dict[str, dict[str, Any]] = {}
+    for name in routers:
+        mixed: dict[str, Any] = {}
+        if mixed_rows[name]:
+            summary = _summary(mixed_rows[name])
+            mixed = {"mixed_pairs": mixed_rows[name]}
+            mixed.update({f"mixed_{key}": value for key, value in summary.items()})
+        results[name] = {
+            **mixed,
+            "concurrency": concurrency,
+            "http_server": name,
+            "pairs": rows[name],
+            **_summary(rows[name]),
+            "router_cpu_us_per_request": statistics.median(
+                r["router_cpu_us_per_request"] for r in rows[name]
             ),
-            "mixed_direct_e2e_p50_ms": mixed_direct,
-            "mixed_added_fraction": statistics.median(mixed_added) / mixed_direct,
         }
-    return {
-        **mixed,
-        "concurrency": concurrency,
-        "pairs": rows,
-        "added_p50_ms": statistics.median(added),
-        "added_ttft_p50_ms": statistics.median(added_ttft),
-        "direct_e2e_p50_ms": direct_p50,
-        "added_fraction": statistics.median(added) / direct_p50,
-        "router_cpu_us_per_request": statistics.median(
-            r["router_cpu_us_per_request"] for r in rows
-        ),
-    }
+    return results
 
 
 def run(quick: bool) -> BenchReport:
@@ -237,21 +250,27 @@ def run(quick: bool) -> BenchReport:
     router_args += ["--batch-limit", "512"]
     router_args += ["--redis-url", url, "--prefix", prefix] if with_redis else ["--open"]
     series: dict[str, Any] = {}
+    routers: dict[str, tuple[subprocess.Popen[str], str]] = {}
     try:
-        router, router_url = _start(router_args)
-        try:
-            import uvloop
+        for server in HTTP_SERVERS:  # one router per HTTP server, same engine, same Redis
+            routers[server] = _start([*router_args, "--http-server", server])
+        import uvloop
 
-            for concurrency, (per_stream, pairs) in plan.items():
-                series[f"c{concurrency}"] = uvloop.run(
-                    _measure(
-                        engine_url, router_url, router.pid, concurrency, per_stream, tokens, pairs
-                    )
+        for concurrency, (per_stream, pairs) in plan.items():
+            measured = uvloop.run(
+                _measure(
+                    engine_url,
+                    {name: (router_url, p.pid) for name, (p, router_url) in routers.items()},
+                    concurrency, per_stream, tokens, pairs,
                 )
-        finally:
-            router.terminate()
-            router.wait()
+            )  # fmt: skip
+            for server, row in measured.items():
+                key = f"c{concurrency}" if server == DEFAULT_SERVER else f"c{concurrency}_{server}"
+                series[key] = row
     finally:
+        for process, _ in routers.values():
+            process.terminate()
+            process.wait()
         engine.terminate()
         engine.wait()
         if with_redis:
@@ -266,6 +285,13 @@ def run(quick: bool) -> BenchReport:
             "router": "heddle policy"
             + (", Redis registry + state stream" if with_redis else ", open"),
             "load_average_1min_at_start": load,
+            "load_average_1min_at_end": os.getloadavg()[0],
+            "http_servers": {
+                f"c{c}" if server == DEFAULT_SERVER else f"c{c}_{server}": server
+                for c in plan
+                for server in HTTP_SERVERS
+            },
+            "targets_read": f"the router's default HTTP server ({DEFAULT_SERVER})",
         },
         series=series,
     )
