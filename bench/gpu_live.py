@@ -28,8 +28,8 @@ service become the costs of that form's timed runs (the live scheduler's estimat
 prediction (``TangramSimulation`` with the same scheduler, topology and compute slots for EOE;
 each service's FIFO queue, then the slots, for isolated). The earlier prediction from the idle
 profile with independent devices is kept beside it, and a replay of each timed run with its own
-reported costs (a target too) shows how much of the error is the load drifting between runs. Torch runs one
-thread per request.
+reported costs (a target too) shows how much of the error is the load drifting between runs.
+Torch runs one thread per request.
 """
 
 from __future__ import annotations
