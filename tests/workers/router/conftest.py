@@ -3,6 +3,7 @@ the real Redis under a prefix of its own."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ FAST = 0.01  # wall seconds per modelled second
 MODEL = "tiny"
 KEY = "loom_test_key_of_job_7"
 OTHER_KEY = "loom_test_key_of_job_8"
+TEARDOWN_S = 60.0  # well inside the suite's per-test timeout, so the pending tasks get named
 
 
 @dataclass
@@ -91,6 +93,32 @@ async def start_stack(
 
 
 async def stop_stack(stack: Stack) -> None:
+    """Stop everything; a teardown that has not ended after ``TEARDOWN_S`` fails naming every
+    task still pending and the chain of awaits it is stuck in (an intermittent stall under load,
+    cause unknown)."""
+    teardown = asyncio.ensure_future(_stop_stack(stack))
+    done, _ = await asyncio.wait({teardown}, timeout=TEARDOWN_S)
+    if not done:
+        current = asyncio.current_task()
+        pending = "\n".join(_awaits(task) for task in asyncio.all_tasks() if task is not current)
+        teardown.cancel()
+        raise AssertionError(f"router stack teardown stalled; pending tasks:\n{pending}")
+    teardown.result()
+
+
+def _awaits(task: asyncio.Future[object]) -> str:
+    """``task``'s name and where each coroutine of its await chain is suspended."""
+    lines = [task.get_name() if isinstance(task, asyncio.Task) else repr(task)]
+    awaited: object = task.get_coro() if isinstance(task, asyncio.Task) else None
+    while awaited is not None:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        if frame is not None:
+            lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return "\n".join(lines)
+
+
+async def _stop_stack(stack: Stack) -> None:
     await stack.router.stop()
     await stack.pool.close()
     await stack.publisher.close()
