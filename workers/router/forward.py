@@ -21,7 +21,7 @@ from workers.engine.openai_api import GenerationSpec
 from workers.router.policies import RoutingPolicy
 from workers.router.pool import InFlight, LLMWorker, WorkerPool
 from workers.router.relay import USAGE as _USAGE
-from workers.router.relay import RawStream, StreamRelay
+from workers.router.relay import RawStream, StreamRelay, complete_events
 from workers.router.trajectories import TERMINAL, TrajectoryState, TrajectoryTable
 from workers.router.upstream import UpstreamLost, UpstreamResponse
 
@@ -228,8 +228,7 @@ class Forwarder:
                 # The worker's last bytes go out with the end of the response in one write.
                 last = response.ended
                 if not last and not chunk.endswith(b"\n\n"):  # keep a partial event for later
-                    cut = chunk.rfind(b"\n\n") + 2
-                    chunk, pending = chunk[:cut], chunk[cut:]
+                    chunk, pending = complete_events(chunk)
                     if not chunk:
                         continue
                 if _USAGE in chunk:

@@ -35,6 +35,13 @@ class StepRecord(Protocol):
     tokens: int
 
 
+def complete_events(data: bytes) -> tuple[bytes, bytes]:
+    """``data`` cut after its last complete SSE event: (the complete events, the partial rest
+    that waits for its end)."""
+    cut = data.rfind(b"\n\n") + 2
+    return (data[:cut], data[cut:]) if cut >= 2 else (b"", data)
+
+
 def _future() -> asyncio.Future[None]:
     return asyncio.get_running_loop().create_future()
 
@@ -67,12 +74,9 @@ class StreamRelay:
     def flush(self) -> None:
         if not self.buffer or self.done.done():
             return
-        data = self._taken()
-        cut = data.rfind(b"\n\n")
-        if cut < 0:
-            self.pending = data
+        data, self.pending = complete_events(self._taken())
+        if not data:
             return
-        data, self.pending = data[: cut + 2], data[cut + 2 :]
         if USAGE in data:
             data = self.take_usage(data, self.step, self.strip_usage)
         if data:
