@@ -6,33 +6,54 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 from tests.workers.agents.conftest import cpu_dispatch
-from workers.agents.cpu.backend import supervise
+from workers.agents.cpu.backend import ExecOutcome, supervise
+
+Killer = Callable[[asyncio.subprocess.Process], Callable[[], Awaitable[None]]]
 
 
-async def test_a_timeout_kills_again_until_the_child_is_gone() -> None:
+async def _supervised(
+    argv: tuple[str, ...], timeout_s: float, killer: Killer, kills: list[float]
+) -> tuple[asyncio.subprocess.Process, ExecOutcome]:
+    """Run ``argv`` as an action; ``killer(process)`` is its kill of leftovers, each call of it
+    recorded in ``kills``."""
     process = await asyncio.create_subprocess_exec(
-        "sleep", "30", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
     )
-    kills: list[float] = []
+    kill = killer(process)
 
     async def kill_leftovers() -> None:
-        # The first kill finds nothing (the process was not there yet); later ones find it.
         kills.append(time.monotonic())
-        if len(kills) > 1 and process.returncode is None:
-            process.kill()
+        await kill()
 
-    started = time.monotonic()
     outcome = await supervise(
         process,
-        dispatch=cpu_dispatch("late", "sleep 30", timeout_s=0.2),
+        dispatch=cpu_dispatch(argv[0], " ".join(argv), timeout_s=timeout_s),
         started=time.time(),
         spawn_cancelled=False,
         kill_leftovers=kill_leftovers,
         oom_killed=lambda: False,
         pipe_drain_s=10.0,
     )
+    return process, outcome
+
+
+async def test_a_timeout_kills_again_until_the_child_is_gone() -> None:
+    kills: list[float] = []
+
+    def finds_it_from_the_second_kill(
+        process: asyncio.subprocess.Process,
+    ) -> Callable[[], Awaitable[None]]:
+        async def kill() -> None:  # the first kill finds nothing (the process was not there yet)
+            if len(kills) > 1 and process.returncode is None:
+                process.kill()
+
+        return kill
+
+    started = time.monotonic()
+    process, outcome = await _supervised(("sleep", "30"), 0.2, finds_it_from_the_second_kill, kills)
     assert outcome.timed_out
     assert len(kills) >= 2  # killed again, not left to the drain timeout
     assert time.monotonic() - started < 5  # well before the 10 s drain timeout
@@ -40,22 +61,14 @@ async def test_a_timeout_kills_again_until_the_child_is_gone() -> None:
 
 
 async def test_an_exit_needs_one_kill_of_the_leftovers() -> None:
-    process = await asyncio.create_subprocess_exec(
-        "true", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
     kills: list[float] = []
 
-    async def kill_leftovers() -> None:
-        kills.append(time.monotonic())
+    def finds_nothing(process: asyncio.subprocess.Process) -> Callable[[], Awaitable[None]]:
+        async def kill() -> None:
+            return None
 
-    outcome = await supervise(
-        process,
-        dispatch=cpu_dispatch("quick", "true", timeout_s=10.0),
-        started=time.time(),
-        spawn_cancelled=False,
-        kill_leftovers=kill_leftovers,
-        oom_killed=lambda: False,
-        pipe_drain_s=10.0,
-    )
+        return kill
+
+    _, outcome = await _supervised(("true",), 10.0, finds_nothing, kills)
     assert (outcome.timed_out, outcome.exit_code) == (False, 0)
     assert len(kills) == 1
