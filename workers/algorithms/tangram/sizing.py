@@ -213,21 +213,8 @@ class UnitSizing:
         return explored
 
     def efficient_demands(self, entries: Iterable[Waiting], price: float) -> list[Demand]:
-        """``efficient_demand`` of each entry: the cached envelopes read in one loop (a pass
-        reads one per remaining action)."""
-        epoch = self._policy_epoch
-        if self.policy.min_dop is not None:
-            return [self.efficient_demand(entry, price) for entry in entries]
-        demands: list[Demand] = []
-        append = demands.append
-        for entry in entries:
-            envelope = entry.envelope
-            if entry.envelope_stamp != epoch or envelope is None:
-                append(self.efficient_demand(entry, price))
-            else:
-                thresholds, options = envelope
-                append(options[bisect_right(thresholds, price)])
-        return demands
+        """``efficient_demand`` of each entry (a pass reads one per remaining action)."""
+        return [self.efficient_demand(entry, price) for entry in entries]
 
     def efficient_demand(self, entry: Waiting, price: float) -> tuple[int, float]:
         """Key units and seconds Alg. 2's estimate gives a *remaining* action in a priced split
