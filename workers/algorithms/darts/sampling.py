@@ -87,7 +87,10 @@ def select_training_groups(
     if longest > 0:
         long_candidate = present & ~truncated & ~kept & ~pruned[:, None]
         long_key = np.where(long_candidate, -finite, np.inf)
-        long_head = np.argsort(long_key, axis=-1, kind="stable")[:, : min(longest, slots)]
+        if longest == 1:  # the paper's L (§5.6): the first minimum is the stable sort's head
+            long_head = np.argmin(long_key, axis=-1)[:, None]
+        else:
+            long_head = np.argsort(long_key, axis=-1, kind="stable")[:, : min(longest, slots)]
         chosen_long = np.take_along_axis(long_candidate, long_head, axis=-1)
         long_kept = np.zeros_like(kept)
         np.put_along_axis(long_kept, long_head, chosen_long, axis=-1)

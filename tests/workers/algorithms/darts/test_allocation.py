@@ -78,3 +78,18 @@ def test_budget_outside_bounds_is_rejected():
 def test_non_finite_statistics_are_rejected():
     with pytest.raises(ValueError, match="finite"):
         allocate_redundancy([1.0, float("nan")], 10, lower=4, upper=8)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    stds=st.lists(st.integers(0, 3), min_size=2, max_size=60),
+    group_size=st.integers(1, 8),
+    data=st.data(),
+)
+def test_many_tied_gains_follow_the_literal_loop(stds, group_size, data):
+    """Few distinct variances: the selection's cut falls among many equal gains, where only the
+    (prompt, step) order decides, as Alg. 1's argmax does."""
+    lower, upper = group_size, 2 * group_size
+    total = data.draw(st.integers(len(stds) * lower, len(stds) * upper))
+    allocation = allocate_redundancy([float(s) for s in stds], total, lower=lower, upper=upper)
+    assert allocation.tolist() == literal_algorithm_1([float(s) for s in stds], total, lower, upper)
