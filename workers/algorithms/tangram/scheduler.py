@@ -25,6 +25,7 @@ every scalable action ``fixed_dop`` units (the paper's DoP=4 / DoP=16 baselines)
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, Mapping
+from itertools import islice
 from typing import Any
 
 from workers.algorithms.tangram.action import ActionSpec
@@ -252,6 +253,8 @@ class ElasticScheduler:
         if not self._waiting:
             return []
         self._sizing.forget()
+        if self.algorithm == "elastic":
+            self._sizing.set_floors(self.topology.dop_floors(self._floor_specs()))
         accommodation = self.topology.accommodation(now)
         candidates: list[Candidate] = []
         leftovers: list[tuple[Waiting, Hashable | None]] = []
@@ -300,6 +303,12 @@ class ElasticScheduler:
         # its candidates: another pass now (each such pass starts at least one action)
         self._follow_up = capped and bool(selected)
         return [self._start(c, now) for c in selected]
+
+    def _floor_specs(self) -> Iterator[ActionSpec]:
+        """What ``Topology.dop_floors`` reads, lazily: the running actions and the waiting ones
+        the pass's estimate would read (``estimate_window``)."""
+        yield from (running.spec for running in self._running.values())
+        yield from (entry.spec for entry in islice(self._waiting.values(), self.estimate_window))
 
     def restore(
         self,

@@ -8,7 +8,9 @@ has dropped the counts it could never give one action (``Topology.unit_counts``)
 among that same set, so the all-at-minimum arrangement admission found is always one the DP can
 return: no policy can leave a prefix that "cannot be arranged". Where the bounds exclude every
 feasible count they yield to the demand (``action.bounded_options``); bounds never apply to
-non-scalable actions, which keep their minimum units (§4.2).
+non-scalable actions, which keep their minimum units (§4.2). A topology may raise the lower
+bound for one pass (``Topology.dop_floors``: the GPU pool's memory-derived floor); it acts as a
+``min_dop`` on that key resource, capped by ``max_dop``.
 """
 
 from __future__ import annotations
@@ -75,11 +77,20 @@ class UnitSizing:
         # gain nodes or change limits between passes).
         self._options_memo: dict[tuple[str, ResourceDemand], tuple[int, ...]] = {}
         self._policy_epoch = 0  # bumped by every policy change: cached demands go stale
+        # the topology's per-pass floors on key units (``Topology.dop_floors``), by resource
+        self._floors: dict[str, int] = {}
         self._masks: dict[tuple[tuple[int, ...], int], NDArray[np.float64]] = {}
 
     def policy_changed(self) -> None:
         self._policy_epoch += 1
         self.forget()
+
+    def set_floors(self, floors: dict[str, int]) -> None:
+        """This pass's floors on key units (``Topology.dop_floors``): a new floor changes the
+        options, so what was cached under the old one goes stale (as on a policy change)."""
+        if floors != self._floors:
+            self._floors = floors
+            self.policy_changed()
 
     def forget(self) -> None:
         """Drop the options worked out so far (a new pass, or a new policy)."""
@@ -104,6 +115,10 @@ class UnitSizing:
             low, cap = policy.min_dop, policy.topology.min_dop_cap(key)
             if low is not None and cap is not None:
                 low = min(low, cap)
+            floor = self._floors.get(key)
+            if floor is not None and (low is None or floor > low):
+                high = policy.max_dop
+                low = floor if high is None else min(floor, high)
             options = bounded_options(usable, low, policy.max_dop)
             self._options_memo[memo_key] = options
         return options
@@ -136,8 +151,10 @@ class UnitSizing:
         key = spec.key_resource
         assert key is not None
         minimum = spec.resources[key].minimum
+        if not spec.scalable:
+            return minimum
         min_dop = self.policy.min_dop
-        if min_dop is None or min_dop <= minimum or not spec.scalable:
+        if (min_dop is None or min_dop <= minimum) and not self._floors:
             return minimum
         return self.options(spec)[0]
 

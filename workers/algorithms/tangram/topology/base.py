@@ -10,7 +10,7 @@ the scheduling algorithms for each node"), or the whole pool for GPUs and basic 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -119,6 +119,14 @@ class Topology(ABC):
         (a trajectory's node, §5.2) would otherwise wait forever for units that never come.
         """
         return None
+
+    def dop_floors(self, specs: Iterable[ActionSpec]) -> dict[str, int]:
+        """Per key resource, the fewest units an elastic action may get in this pass, given
+        the actions the pool runs and the head of its queue (``specs``, read lazily); empty
+        (the default) when the topology sets none. A prior narrowing each action's feasible
+        set (arl-tangram §4.1), applied by the scheduler like ``min_dop``.
+        """
+        return {}
 
     @abstractmethod
     def never_fits(self, spec: ActionSpec) -> WaitReason | None:

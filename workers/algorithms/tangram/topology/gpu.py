@@ -18,7 +18,7 @@ nodes plus a part of one, as a share of a cluster is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -221,6 +221,32 @@ class GpuTopology(Topology):
         if demand.minimum not in options:
             return WaitReason.NEVER_FITS
         return None
+
+    def dop_floors(self, specs: Iterable[ActionSpec]) -> dict[str, int]:
+        """The GPU floor of a pass: :meth:`resident_dop` of the services ``specs`` name (the
+        running actions and the head of the queue); none when that is one GPU."""
+        floor = self.resident_dop({spec.service for spec in specs if spec.service is not None})
+        return {GPU: floor} if floor > 1 else {}
+
+    def resident_dop(self, services: Iterable[str]) -> int:
+        """The narrowest chunk on whose every GPU all of ``services`` could be cached at once:
+        the least ``k`` with ``sum(footprint_mb(k)) <= gpu_memory_mb``, at most the widest node.
+
+        Loom's own prior on a GPU action's DoP (arl-tangram §4.1 lets priors narrow the
+        feasible set), from §5.3's memory model: different DoPs and placements of a service
+        are distinct cached instances, and GPU memory cannot hold them all. When the services
+        the pool is serving do not fit together on a narrower chunk, a narrow start restores
+        its own instance and LRU-evicts the others' from its GPUs, so the next actions of
+        those services restore again and the cache dithers instead of serving (the
+        restore-bound thrashing §5.3's LRU is meant to reduce). At this DoP or wider, a chunk
+        can keep every one of them warm; the DP still chooses among the wider DoPs.
+        """
+        names = set(services) & self.services.keys()
+        need = sum(self.services[name].weights_mb for name in names)
+        for size in CHUNK_SIZES:
+            if size >= self.gpus_per_node or need <= size * self.gpu_memory_mb:
+                return size
+        return self.gpus_per_node
 
     def accommodation(self, now: float) -> _GpuAccommodation:
         return _GpuAccommodation(self, now)
