@@ -40,9 +40,12 @@ Group-time models (``WorkerCost.model``):
 
 Speed. The DP is O(N²K) as written. ``dp[p][k−1]`` is non-decreasing in ``p`` and ``cost(p, i)``
 non-increasing in ``p``, so the min-max sits where they cross; a binary search — vectorised over
-all ``i`` with numpy — finds it: O(N·K·log N), exact. Short trajectories below a threshold are
-aggregated into blocks (§5.2): blocks only restrict where groups may split (costs still use every
-trajectory's length), which bounds the DP's item count at ``max_items``.
+all ``i`` with numpy — finds it: O(N·K·log N), exact. Under the paper model a layer of the same
+worker as the previous one reuses that layer's crossings (:class:`_PaperLayers`): when none moves,
+the layer costs four numpy calls, and once a large fleet's groups shrink to what the slack allows
+almost every layer is such a layer. Short trajectories below a threshold are aggregated into
+blocks (§5.2): blocks only restrict where groups may split (costs still use every trajectory's
+length), which bounds the DP's item count at ``max_items``.
 """
 
 from __future__ import annotations
@@ -260,56 +263,106 @@ def _layer_binary_search(
     return np.minimum(value, left)
 
 
-def _layer_paper(
-    after: np.ndarray,
-    bounds: np.ndarray,
-    lengths: np.ndarray,
-    worker: WorkerCost,
-    upper: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_layer_binary_search` for the paper model, with preallocated buffers and ``take``
-    instead of fancy indexing: the placement hot loop (≈ 10 numpy calls per search step).
+class _PaperLayers:
+    """The paper model's layers of formula 3 for one worker over fixed items.
 
-    Returns the layer and each start's crossing. ``upper``: a crossing known to qualify for
-    every start (the previous layer's, when that layer had the same worker: one more worker
-    only lowers ``after``, so the crossing can only move earlier), which shortens the search
-    from ``log2(n)`` steps to ``log2`` of the widest remaining interval."""
-    n = len(bounds) - 1
-    alpha = worker.alpha
-    if worker.group_limit is not None and worker.group_limit + 1 < len(alpha):
-        alpha = alpha.copy()
-        alpha[worker.group_limit + 1 :] = np.inf
-    lead_tau = np.append(lengths, 0.0)[bounds] * worker.tau
-    overhead = worker.overhead_per_trajectory
-    j = np.arange(n + 1)
-    lo = j.copy()
-    hi = np.full(n + 1, n, dtype=np.int64) if upper is None else upper.copy()
-    mid = np.empty_like(lo)
-    size = np.empty_like(lo)
-    cost = np.empty(n + 1)
-    threshold = np.empty(n + 1)
-    crossed = np.empty(n + 1, dtype=bool)
-    steps = max(1, int((hi - lo).max()).bit_length())
-    for _ in range(steps):  # the search interval [lo, hi] halves each step
-        np.add(lo, hi, out=mid)
-        np.right_shift(mid, 1, out=mid)
-        bounds.take(mid, out=size)
-        np.subtract(size, bounds, out=size)
-        alpha.take(size, out=cost)
-        np.multiply(cost, lead_tau, out=cost)
-        if overhead:
-            cost += overhead * size
-        after.take(mid, out=threshold)
-        np.greater_equal(cost, threshold, out=crossed)
-        np.copyto(hi, mid, where=crossed)
-        mid += 1
-        np.logical_not(crossed, out=crossed)
-        np.copyto(lo, mid, where=crossed)
-    size = bounds[lo] - bounds
-    value = alpha[size] * lead_tau + (overhead * size if overhead else 0.0)
-    left = after[np.maximum(lo - 1, 0)]
-    left[lo == j] = np.inf
-    return np.minimum(value, left), lo
+    ``cost(j, e) = α(bounds[e] − bounds[j])·τ·L[bounds[j]] (+ overhead·size)`` is non-decreasing in
+    ``e`` and non-increasing in ``j``, so every layer ``after`` is non-increasing, and adding the
+    same worker once more only lowers it: a start's crossing (the first ``e`` with
+    ``cost(j, e) ≥ after[e]``) can only move earlier. Successive layers of one worker therefore
+    keep the costs at the last crossing, and a layer whose crossings all stay put — the one
+    before each still does not cross — is ``min(cost at the crossing, after just before it)``:
+    four numpy calls instead of a binary search. Once the layers of a large fleet settle (every
+    group down to the few items the slack allows) almost every layer takes that path; a layer
+    where some crossing moves searches again, bounded by the old crossings. The partition is
+    read back in plain floats (:meth:`largest_group`), the same operations as the layers.
+
+    Layers carry a sentinel ``after[n + 1] = ∞`` (the "no group before" value)."""
+
+    def __init__(self, worker: WorkerCost, bounds: np.ndarray, lengths: np.ndarray) -> None:
+        alpha = worker.alpha
+        if worker.group_limit is not None and worker.group_limit + 1 < len(alpha):
+            alpha = alpha.copy()
+            alpha[worker.group_limit + 1 :] = np.inf
+        self.alpha = alpha
+        self.bounds = bounds
+        self.lead_tau = np.append(lengths, 0.0)[bounds] * worker.tau
+        self.overhead = worker.overhead_per_trajectory
+        n = len(bounds) - 1
+        self.starts = np.arange(n + 1)
+        self.crossing: np.ndarray | None = None
+        self.at_crossing = np.empty(n + 1)  # cost(j, crossing[j])
+        self.before_crossing = np.empty(n + 1)  # cost(j, crossing[j] − 1); −∞ if empty
+        self.left_index = np.empty(n + 1, dtype=np.int64)  # crossing − 1; n + 1 if none
+        self._scalars: tuple[list[float], list[int], list[float]] | None = None
+
+    def cost_at(self, ends: np.ndarray) -> np.ndarray:
+        """``cost(j, ends[j])`` for every start ``j``."""
+        size = self.bounds.take(ends) - self.bounds
+        value = self.alpha.take(size) * self.lead_tau
+        if self.overhead:
+            value += self.overhead * size
+        return value
+
+    def layer(self, after: np.ndarray, again: bool) -> np.ndarray:
+        """``f[j] = min_{e ≥ j} max(cost(j, e), after[e])``; ``again``: the previous layer was
+        this worker's (its crossings bound this one's)."""
+        n = len(self.bounds) - 1
+        out = np.empty(n + 2)
+        out[n + 1] = np.inf
+        if again and self.crossing is not None:
+            left = after.take(self.left_index)
+            if np.less(self.before_crossing, left).all():
+                np.minimum(self.at_crossing, left, out=out[: n + 1])
+                return out
+            crossing = self._search(after, self.crossing)
+        else:
+            crossing = self._search(after, np.full(n + 1, n))
+        self._set_crossing(crossing)
+        np.minimum(self.at_crossing, after.take(self.left_index), out=out[: n + 1])
+        return out
+
+    def _search(self, after: np.ndarray, upper: np.ndarray) -> np.ndarray:
+        """Each start's crossing, known to lie in ``[j, upper[j]]``: a branch-free binary search
+        (the predicate is monotone in ``e``; ``e = n`` always crosses, ``after[n] = 0``)."""
+        lo, hi = self.starts.copy(), upper.copy()
+        for _ in range(max(1, int((hi - lo).max()).bit_length())):  # [lo, hi] halves each step
+            mid = (lo + hi) >> 1
+            crossed = self.cost_at(mid) >= after.take(mid)
+            np.copyto(hi, mid, where=crossed)
+            mid += 1
+            np.copyto(lo, mid, where=~crossed)
+        return lo
+
+    def _set_crossing(self, crossing: np.ndarray) -> None:
+        n = len(self.bounds) - 1
+        empty = crossing == self.starts
+        self.crossing = crossing
+        self.at_crossing = self.cost_at(crossing)
+        self.before_crossing = self.cost_at(np.maximum(crossing - 1, self.starts))
+        self.before_crossing[empty] = -np.inf
+        self.left_index = np.where(empty, n + 1, crossing - 1)
+
+    def cost(self, start: int, end: int) -> float:
+        """``cost(start, end)`` in plain floats, the same operations as :meth:`cost_at`."""
+        if self._scalars is None:
+            self._scalars = (self.alpha.tolist(), self.bounds.tolist(), self.lead_tau.tolist())
+        alpha, bounds, lead_tau = self._scalars
+        size = bounds[end] - bounds[start]
+        value = alpha[size] * lead_tau[start]
+        return value + self.overhead * size if self.overhead else value
+
+    def largest_group(self, start: int, target: float) -> int:
+        """The last end ``e ≥ start`` with ``cost(start, e) ≤ target`` (binary search over the
+        monotone cost; ``cost(start, start) = 0``)."""
+        lo, hi = start, len(self.bounds) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            if self.cost(start, mid) <= target:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
 
 def _solve_items(
@@ -326,19 +379,19 @@ def _solve_items(
     """
     n = len(bounds) - 1
     prefix = np.concatenate([[0.0], np.cumsum(lengths)])
-    after = np.full(n + 1, np.inf)
+    after = np.full(n + 2, np.inf)
     after[n] = 0.0
     layers = [after]
+    paper: dict[int, _PaperLayers] = {}
     previous: WorkerCost | None = None
-    crossing: np.ndarray | None = None
     for worker in reversed(workers):
         if worker.model == "paper":
-            hint = crossing if worker is previous else None
-            after, crossing = _layer_paper(after, bounds, lengths, worker, hint)
-            previous = worker
+            if id(worker) not in paper:
+                paper[id(worker)] = _PaperLayers(worker, bounds, lengths)
+            after = paper[id(worker)].layer(after, again=worker is previous)
         else:
-            after = _layer_binary_search(after, bounds, lengths, prefix, worker)
-            previous, crossing = None, None
+            after = np.append(_layer_binary_search(after, bounds, lengths, prefix, worker), np.inf)
+        previous = worker
         layers.append(after)
     layers.reverse()  # layers[k][j]: best makespan of items j.. on workers k..
     cuts = [0]
@@ -346,9 +399,19 @@ def _solve_items(
     start = 0
     for k, worker in enumerate(workers):
         target = layers[k][start] * (1 + 1e-9)
+        if worker.model == "paper":
+            # the ends within target form a prefix of [start, n], and the ends whose remainder
+            # fits a suffix (layers are non-increasing) that meets it (the layer's optimum is
+            # in both): the largest group is the prefix's last end
+            evaluator = paper[id(worker)]
+            end = evaluator.largest_group(start, target)
+            cuts.append(end)
+            costs.append(evaluator.cost(start, end))
+            start = end
+            continue
         ends = np.arange(start, n + 1)
         cost = worker.cost_from(lengths, prefix, np.full_like(ends, bounds[start]))(bounds[ends])
-        feasible = (cost <= target) & (layers[k + 1][start:] <= target)
+        feasible = (cost <= target) & (layers[k + 1][start : n + 1] <= target)
         choices = np.nonzero(feasible)[0]
         choice = int(choices[-1]) if len(choices) else n - start
         cuts.append(start + choice)
