@@ -19,6 +19,12 @@ from the algorithms. Every system's ``breakdown`` splits its critical trajectory
 finish) into heddle formula 1's parts; ``why`` compares Heddle's with the best baseline's, and
 ``engine_mp_profile`` shows the engine's per-token time and per-GPU throughput by MP degree (the
 latency/throughput trade-off §6 exploits, Fig. 7).
+
+``paper_batch`` (full runs, not a target) repeats the comparison under §7.1's batch: 100
+trajectories per rollout worker whatever its MP, a global batch of 100 per GPU, context engine.
+The main scenario's batch cap grows with MP, so there MP 8 is best on both latency and per-GPU
+throughput; under a fixed per-worker batch it is not, and the trade-off Heddle's heterogeneous
+plan exploits exists.
 """
 
 from __future__ import annotations
@@ -42,21 +48,46 @@ from workers.sim.llm.experiments import (
 )
 from workers.sim.llm.rollout import Scenario
 from workers.sim.llm.systems import ENGINES
-from workers.sim.llm.trajectories import GENERATOR_VERSION
+from workers.sim.llm.trajectories import GENERATOR_VERSION, GROUP_SIZE
 
 NAME = "heddle_end_to_end"
 FULL_PROMPTS = 64
+FULL_GPUS = 16
+FULL_PROFILES = ("coding", "search", "math")
 LARGER_CLUSTER_GPUS = 64
 HEDDLES = ("heddle", "heddle_mean_context_planner", "heddle_amdahl_planner", "heddle_oracle")
+PAPER_BATCH_PER_WORKER = 100  # heddle §7.1
 
 
-def run_profile(profile: str, prompts: int, gpus: int, engine: str) -> dict:
-    scenario = Scenario(
+def main_scenario(gpus: int, engine: str) -> Scenario:
+    return Scenario(
         gpu_budget=gpus,
         max_batch_per_gpu=48,
         max_trajectories_per_gpu=96,
         engine=engine,  # type: ignore[arg-type]
     )
+
+
+def paper_batch_scenario(gpus: int) -> Scenario:
+    """heddle §7.1: the baselines' batch is fixed at 100 per rollout worker whatever its MP (the
+    paper's baselines ran at MP 1, so the global batch is 100 per GPU, which Heddle gets too). A
+    high-MP worker then holds no more than a low-MP one, so per-GPU throughput falls with MP
+    while per-token time still improves: the latency/throughput trade-off of §2.3 and Fig. 7.
+    The DP's group limit is 1.5× the mean per GPU, as in the main scenario."""
+    return Scenario(
+        gpu_budget=gpus,
+        max_batch_per_worker=PAPER_BATCH_PER_WORKER,
+        max_trajectories_per_gpu=PAPER_BATCH_PER_WORKER * 3 // 2,
+        engine="context",
+    )
+
+
+def run_profile(profile: str, prompts: int, gpus: int, engine: str) -> dict:
+    return run_scenario(profile, prompts, main_scenario(gpus, engine))
+
+
+def run_scenario(profile: str, prompts: int, scenario: Scenario) -> dict:
+    engine = scenario.engine
     workload = prepare_workload(profile, prompts=prompts)
     out: dict = {"baselines": {}, "mp_sweep": {}}
     for name, factory in BASELINES.items():
@@ -119,8 +150,8 @@ def run(quick: bool = False) -> BenchReport:
         if quick
         else {
             "prompts": FULL_PROMPTS,
-            "gpus": 16,
-            "profiles": ["coding", "search", "math"],
+            "gpus": FULL_GPUS,
+            "profiles": list(FULL_PROFILES),
             "engines": list(ENGINES),
         }
     )
@@ -136,12 +167,13 @@ def run(quick: bool = False) -> BenchReport:
                 "coding": run_profile("coding", FULL_PROMPTS, LARGER_CLUSTER_GPUS, "context")
             },
         }
+        series["paper_batch"] = run_paper_batch(FULL_GPUS, list(FULL_PROFILES))
     report = BenchReport(
         NAME,
         quick,
         params={
             **params,
-            "group_size": 16,
+            "group_size": GROUP_SIZE,
             "max_batch_per_gpu": 48,
             "mp_degrees_swept": list(MP_DEGREES),
             "trace_generator": GENERATOR_VERSION,
@@ -156,6 +188,21 @@ def run(quick: bool = False) -> BenchReport:
     )
     _plot(series)
     return report
+
+
+def run_paper_batch(gpus: int, profiles: list[str]) -> dict:
+    """The same systems under heddle §7.1's batch (:func:`paper_batch_scenario`), context engine;
+    its own ratios, reported beside the target (not a target)."""
+    prompts = PAPER_BATCH_PER_WORKER * gpus // GROUP_SIZE
+    scenario = paper_batch_scenario(gpus)
+    return {
+        "gpus": gpus,
+        "prompts": prompts,
+        "trajectories": prompts * GROUP_SIZE,
+        "max_batch_per_worker": scenario.max_batch_per_worker,
+        "max_trajectories_per_gpu": scenario.max_trajectories_per_gpu,
+        "context": {profile: run_scenario(profile, prompts, scenario) for profile in profiles},
+    }
 
 
 def _plot(series: dict) -> None:

@@ -21,3 +21,15 @@ def test_end_to_end_core_shape_and_sanity() -> None:
             assert results[f"{name}_over_best_baseline"] > 0
         best = results["best_baseline"]
         assert results["baselines"][best["name"]]["best_mp"] == best["mp"]
+
+
+def test_paper_batch_scenario_caps_every_degree_at_the_same_batch() -> None:
+    series = heddle_end_to_end.run_paper_batch(gpus=2, profiles=["coding"])
+    assert series["trajectories"] == series["prompts"] * 16
+    assert series["trajectories"] <= 100 * 2
+    results = series["context"]["coding"]
+    for profile in results["engine_mp_profile"].values():
+        assert profile["full_batch"] <= series["max_batch_per_worker"] == 100
+    for name, row in results["baselines"].items():
+        assert row["throughput_tokens_per_s"] == max(results["mp_sweep"][name].values())
+    assert results["heddle_over_best_baseline"] > 0

@@ -260,7 +260,7 @@ def engine_mp_profile(scenario: Scenario, mean_context: float) -> dict[str, dict
     for m in MP_DEGREES:
         if m > scenario.gpu_budget:
             continue
-        batch = min(scenario.max_batch_per_gpu * m, int(model.kv_capacity_tokens(m) / mean_context))
+        batch = min(scenario.max_batch(m), int(model.kv_capacity_tokens(m) / mean_context))
         full = model.step_seconds(m, batch, batch * mean_context)
         profile[str(m)] = {
             "alone_ms_per_token": 1e3 * model.step_seconds(m, 1, mean_context),

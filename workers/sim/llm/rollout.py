@@ -173,7 +173,7 @@ class RolloutSimulation:
             self.scenario.context,
             mean_context=self.history.mean_context_tokens,
             mean_prefill_tokens=self.history.mean_prefill_tokens,
-            max_batch=self.scenario.max_batch_per_gpu,
+            max_batch=self.scenario.max_batch(1),
             per_degree=self.system.per_degree_profile,
             context_aware=self._context_aware,
         )
@@ -200,7 +200,7 @@ class RolloutSimulation:
     def _batch_limit(self, mp: int) -> int:
         """The running-batch cap the DP plans with: the engine's cap, and in the context model
         the batch the KV pool holds at the mean context."""
-        cap = self.scenario.max_batch_per_gpu * mp
+        cap = self.scenario.max_batch(mp)
         if self.scenario.engine == "legacy":
             return cap
         held = self.scenario.context.kv_capacity_tokens(mp) / self.history.mean_context_tokens
@@ -253,7 +253,7 @@ class RolloutSimulation:
                 context=self._context_growth,
                 batch_limits=(
                     {m: self._batch_limit(m) for m in MP_DEGREES if m <= budget}
-                    if self._context_aware
+                    if self._context_aware or self.scenario.max_batch_per_worker is not None
                     else None
                 ),
                 seed=self.scenario.seed,
@@ -269,7 +269,7 @@ class RolloutSimulation:
                     self.loop,
                     worker_id,
                     cost=self._engine_cost(mp),
-                    max_batch=self.scenario.max_batch_per_gpu * mp,
+                    max_batch=self.scenario.max_batch(mp),
                     cache_capacity_tokens=self.scenario.cache_tokens_per_gpu * mp,
                     preemptive=preemptive,
                     mp=mp,

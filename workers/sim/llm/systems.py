@@ -64,7 +64,9 @@ class Scenario:
     requests (heddle §7.1 runs ~100 trajectories per worker; the cap sits under the trajectories
     per worker so requests queue); ``max_trajectories_per_gpu``, the DP's group limit.
     ``prediction_interval``: the predictor service's batching delay, 0.1 s, the low end of heddle
-    Table 1's 0.10–0.28 s.
+    Table 1's 0.10–0.28 s. ``max_batch_per_worker``: a running-batch cap per worker whatever its
+    MP, replacing ``m · max_batch_per_gpu`` (heddle §7.1 fixes the baselines' batch at 100 per
+    rollout worker).
     """
 
     gpu_budget: int = 16
@@ -77,6 +79,13 @@ class Scenario:
     latency: MPLatencyModel = field(default_factory=MPLatencyModel)
     context: ContextLatencyModel = field(default_factory=ContextLatencyModel)
     seed: int = 0
+    max_batch_per_worker: int | None = None
+
+    def max_batch(self, mp: int) -> int:
+        """The running-batch cap of an MP-``mp`` worker."""
+        if self.max_batch_per_worker is not None:
+            return self.max_batch_per_worker
+        return self.max_batch_per_gpu * mp
 
 
 @dataclass

@@ -29,6 +29,7 @@ from workers.sim.llm.baselines import (
 )
 from workers.sim.llm.rollout import (
     PlacementPolicy,
+    RolloutSimulation,
     Scenario,
     SystemConfig,
     WorkloadHistory,
@@ -210,3 +211,17 @@ def _within_group_correlation(version: int) -> float:
 def test_generator_v2_does_not_leak_the_latent_through_the_first_step() -> None:
     assert _within_group_correlation(1) > 0.3
     assert abs(_within_group_correlation(2)) < 0.1
+
+
+def test_a_per_worker_batch_caps_every_worker_alike_whatever_its_mp(workload: Workload) -> None:
+    """heddle §7.1's fixed batch per rollout worker: an MP-4 worker runs no more requests at
+    once than an MP-1 one (the per-GPU cap would give it four times as many)."""
+    evaluation, predictor, history = workload
+    scenario = Scenario(gpu_budget=4, max_batch_per_worker=5, max_trajectories_per_gpu=32)
+    for system in (fixed_mp(1), fixed_mp(4), heddle()):
+        simulation = RolloutSimulation(evaluation, system, scenario, predictor, history)
+        result = simulation.run()
+        assert {worker.max_batch for worker in simulation.workers} == {5}
+        assert len(result.outcomes) == len(evaluation)
+    assert Scenario(max_batch_per_gpu=8).max_batch(4) == 32
+    assert Scenario(max_batch_per_gpu=8, max_batch_per_worker=5).max_batch(4) == 5
