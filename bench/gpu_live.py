@@ -22,47 +22,76 @@ compute at once as there are cores, the rest wait in arrival order holding their
 without (``*_ungated``: every busy stand-in time-slices the cores). The isolated baseline is the
 better of its two forms.
 
-The simulator predicts each form on the same trace. Its costs come from a calibration step in
-the same run: one untimed run of each form, whose agent-reported execute and restore seconds per
-service become the costs of that form's timed runs (the live scheduler's estimates) and of its
-prediction (``TangramSimulation`` with the same scheduler, topology and compute slots for EOE;
-each service's FIFO queue, then the slots, for isolated). The earlier prediction from the idle
-profile with independent devices is kept beside it, and a replay of each timed run with its own
-reported costs (a target too) shows how much of the error is the load drifting between runs.
+The simulator predicts each timed run on the same trace from costs measured before it: each
+repetition runs every form twice in a row, a calibration run and then the timed run. The
+calibration run's agent-reported execute and restore seconds per service become the costs of
+the timed run that follows it (the live scheduler's estimates) and of its prediction
+(``TangramSimulation`` with the same scheduler, topology and compute slots for EOE; each
+service's FIFO queue, then the slots, for isolated); the calibration run's own scheduler takes
+the previous calibration's costs, as a live scheduler takes its estimates from history. The
+stand-ins' execute seconds follow the share of the host's cores the run gets, and other
+processes on the host change that share from one minute to the next, so costs measured just
+before a run, under the same compute slots, are the closest honest estimate of its own; the
+prediction of the live median is the median of the per-run predictions. Costs from one
+calibration run before all repetitions (the earlier method) are kept in
+``results/gpu_live_calibrated_once.json``. The prediction from the idle profile with independent
+devices is kept beside, and a replay of each timed run with its own reported costs (a target
+too) separates the queueing model's error from the costs' drift. Each run records the load
+average before it and the cores the process got during it (CPU seconds over wall seconds).
+
+What moved the costs between runs was the host's scheduler: Linux's autogroup shares the cores
+equally among sessions, so the stand-ins' speed was the cores divided by the number of busy
+sessions. The benchmark therefore measures in a session of its own that outranks the others
+(``claim_host_cores``; ``GPU_LIVE_GROUP_NICE=0`` turns it off), as a GPU is not shared with
+other sessions' processes. A run of this method without that precedence is kept in
+``results/gpu_live_unclaimed.json``.
+
 Torch runs one thread per request.
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
+import json
 import os
 import random
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from bench._gpu_live_sim import (
+    EOE_DEVICES,
+    SERVICES,
+    Arrival,
+    Reported,
+    calibrate,
+    costs_with,
+    device_memory_mb,
+    eoe_topology,
+    predict_eoe,
+    predict_isolated,
+    prediction_error,
+)
 from bench.report import BenchReport, Target
 from workers.agents.gpu.backend import chunk_of
 from workers.agents.gpu.cache import ServiceCache
 from workers.agents.gpu.checkpoints import create_checkpoint
 from workers.agents.gpu.devices import compute_slots, discover_devices
 from workers.agents.gpu.torch_backend import TorchService
-from workers.algorithms.tangram import ActionSpec, ElasticScheduler, GpuTopology, ResourceDemand
-from workers.algorithms.tangram.topology.gpu import GpuServiceSpec
-from workers.sim.tangram.runner import TangramSimulation
-from workers.sim.tangram.trace import ActionTemplate, Step, Trace, TrajectoryTrace
+from workers.algorithms.tangram import ActionSpec, ElasticScheduler, ResourceDemand
 
-SERVICES = 6
-EOE_DEVICES = 4
 MODEL = {"hidden_size": 512, "layers": 4, "heads": 8, "vocab_size": 8192}
 REQUEST = {"input_ids": [list(range(1, 65))] * 4}  # 4 sequences of 64 tokens per request
+# The measuring session's scheduling-group nice (Linux autogroup, see ``claim_host_cores``).
+STANDIN_GROUP_NICE = -15
 
 
 @dataclass(frozen=True)
@@ -79,13 +108,6 @@ FULL = Params(bursts_per_service=3, requests_per_burst=4, window_s=24.0, burst_s
               repeats=3)  # fmt: skip
 QUICK = Params(bursts_per_service=2, requests_per_burst=3, window_s=8.0, burst_spread_s=0.3,
                repeats=1)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Arrival:
-    at: float
-    service: str
-    action_id: str
 
 
 def bursty_arrivals(params: Params) -> list[Arrival]:
@@ -144,25 +166,6 @@ async def _sleep_until(clock: Callable[[], float], at: float) -> None:
         await asyncio.sleep(delay)
 
 
-def _device_memory_mb(services: dict[str, TorchService]) -> int:
-    """Room for one model per device (EOE must evict to switch a device's service)."""
-    largest = max(service.host_mb for service in services.values())
-    return int(largest * 1.5) + 1
-
-
-def _topology(
-    services: dict[str, TorchService], memory_mb: int, restore_s: dict[str, float]
-) -> GpuTopology:
-    specs = {name: GpuServiceSpec(name, weights_mb=s.host_mb) for name, s in services.items()}
-    return GpuTopology(
-        ["live"],
-        specs,
-        gpus_per_node=EOE_DEVICES,
-        gpu_memory_mb=float(memory_mb),
-        loader=lambda spec, gpus: restore_s[spec.name],
-    )
-
-
 def _spec(arrival: Arrival, t1: float) -> ActionSpec:
     return ActionSpec(
         action_id=arrival.action_id,
@@ -174,14 +177,21 @@ def _spec(arrival: Arrival, t1: float) -> ActionSpec:
 
 
 @dataclass(frozen=True)
-class Reported:
-    """One live request as the agent reported it: the calibration's raw material."""
+class HostShare:
+    """What the host gave one run: its load average when the run began, and the cores this
+    process got while it lasted (CPU seconds over wall seconds, every thread counted)."""
 
-    service: str
-    restored: bool
-    queue_s: float
-    restore_s: float
-    execute_s: float
+    load_before: float
+    cpu_at: float
+    wall_at: float
+
+    @classmethod
+    def begin(cls) -> HostShare:
+        return cls(os.getloadavg()[0], time.process_time(), time.perf_counter())
+
+    def end(self) -> dict[str, float]:
+        cpu, wall = time.process_time() - self.cpu_at, time.perf_counter() - self.wall_at
+        return {"load_average_before": self.load_before, "process_cores": cpu / wall}
 
 
 async def run_eoe(
@@ -190,12 +200,13 @@ async def run_eoe(
     prof: dict[str, dict[str, float]],
     slots: int | None,
 ) -> dict[str, Any]:
-    memory = _device_memory_mb(services)
+    memory = device_memory_mb(services)
     cache = ServiceCache(discover_devices(EOE_DEVICES, memory), services, compute_slots=slots)
     cache.prepared = True  # the host copies are loaded already (profile)
     scheduler = ElasticScheduler(
-        _topology(services, memory, {n: p["restore_s"] for n, p in prof.items()})
+        eoe_topology(services, memory, {n: p["restore_s"] for n, p in prof.items()})
     )
+    share = HostShare.begin()
     origin = time.perf_counter()
 
     def clock() -> float:
@@ -226,8 +237,9 @@ async def run_eoe(
         schedule()
     while len(finished) < len(arrivals):
         await asyncio.sleep(0.01)
+    host = share.end()
     await cache.evict_all()  # the host copies stay for the next run
-    return _summary(arrivals, finished, EOE_DEVICES, served)
+    return _summary(arrivals, finished, EOE_DEVICES, served, host)
 
 
 def _served(service: str, result: Any) -> Reported:
@@ -240,12 +252,13 @@ async def run_isolated(
     services: dict[str, TorchService], arrivals: list[Arrival], slots: int | None
 ) -> dict[str, Any]:
     names = sorted(services)
-    devices = discover_devices(SERVICES, _device_memory_mb(services))
+    devices = discover_devices(SERVICES, device_memory_mb(services))
     cache = ServiceCache(devices, services, compute_slots=slots)
     cache.prepared = True
     home = {name: index for index, name in enumerate(names)}
     for name in names:  # resident from the start (one warm-up request): never restored again
         await cache.serve(name, [home[name]], REQUEST)
+    share = HostShare.begin()
     origin = time.perf_counter()
 
     def clock() -> float:
@@ -264,16 +277,22 @@ async def run_isolated(
         await _sleep_until(clock, arrival.at)
         tasks.append(asyncio.create_task(execute(arrival)))  # queues on its device's lock
     await asyncio.gather(*tasks)
+    host = share.end()
     await cache.evict_all()  # the host copies stay for the next run
-    return _summary(arrivals, finished, SERVICES, served)
+    return _summary(arrivals, finished, SERVICES, served, host)
 
 
 def _summary(
-    arrivals: list[Arrival], finished: dict[str, float], devices: int, served: list[Reported]
+    arrivals: list[Arrival],
+    finished: dict[str, float],
+    devices: int,
+    served: list[Reported],
+    host: dict[str, float],
 ) -> dict[str, Any]:
     acts = [finished[a.action_id] - a.at for a in arrivals]
     makespan = max(finished.values())
     return {
+        **host,
         "requests": len(arrivals),
         "mean_act_s": statistics.fmean(acts),
         "p99_act_s": sorted(acts)[min(len(acts) - 1, int(0.99 * len(acts)))],
@@ -286,102 +305,6 @@ def _summary(
         "mean_restore_s": statistics.fmean(s.restore_s for s in served),
         "mean_execute_s": statistics.fmean(s.execute_s for s in served),
         "calibration": calibrate(served),
-    }
-
-
-def calibrate(served: list[Reported]) -> dict[str, dict[str, float]]:
-    """Per service, the agent's own mean execute seconds and mean seconds per restore, as the
-    simulator's costs (a restore that never happened falls back to the idle profile's)."""
-    out: dict[str, dict[str, float]] = {}
-    for service in sorted({s.service for s in served}):
-        mine = [s for s in served if s.service == service]
-        restores = [s.restore_s for s in mine if s.restored]
-        out[service] = {"execute_s": statistics.fmean(s.execute_s for s in mine)}
-        if restores:
-            out[service]["restore_s"] = statistics.fmean(restores)
-    return out
-
-
-def _costs(
-    prof: dict[str, dict[str, float]], calibration: dict[str, dict[str, float]] | None
-) -> dict[str, dict[str, float]]:
-    """The profile's costs, overridden by a calibration's where it measured them."""
-    if calibration is None:
-        return prof
-    return {name: prof[name] | calibration.get(name, {}) for name in prof}
-
-
-def predict_eoe(
-    services: dict[str, TorchService],
-    arrivals: list[Arrival],
-    costs: dict[str, dict[str, float]],
-    slots: int | None = None,
-) -> dict[str, Any]:
-    """The simulator on the same trace: each request a one-step trajectory at its arrival."""
-    memory = _device_memory_mb(services)
-    topology = _topology(services, memory, {n: p["restore_s"] for n, p in costs.items()})
-    trajectories = [
-        TrajectoryTrace(
-            trajectory_id=a.action_id,
-            task=a.service,
-            start=a.at,
-            steps=(
-                Step(
-                    action=ActionTemplate(
-                        tool=a.service,
-                        kind="reward",
-                        t1=costs[a.service]["execute_s"],
-                        resources={"gpu": ResourceDemand.exactly(1)},
-                        profiled=True,
-                        key_resource="gpu",
-                        service=a.service,
-                    )
-                ),
-            ),
-        )
-        for a in arrivals
-    ]
-    result = TangramSimulation(
-        Trace("gpu_live", trajectories),
-        {"gpu": ElasticScheduler(topology)},
-        compute_slots={"gpu": slots} if slots else {},
-    ).run()
-    return {
-        "mean_act_s": result.mean_act(),
-        "makespan_s": result.makespan,
-        "device_seconds": EOE_DEVICES * result.makespan,
-        "restores": topology.loads,
-    }
-
-
-def predict_isolated(
-    arrivals: list[Arrival], costs: dict[str, dict[str, float]], slots: int | None = None
-) -> dict[str, Any]:
-    """Each service's FIFO queue on its own device, replayed with the given execute times; with
-    ``slots``, a request whose device is free then waits, in arrival order, for a compute slot
-    (the cache's rule)."""
-    queues: dict[str, list[Arrival]] = {}
-    for arrival in arrivals:
-        queues.setdefault(arrival.service, []).append(arrival)
-    heads = [(q[0].at, service, 0) for service, q in queues.items()]
-    heapq.heapify(heads)
-    free_slots = [0.0] * (slots or len(arrivals))
-    acts, ends = [], []
-    while heads:  # the earliest request ready on its device takes the earliest free slot
-        ready, service, index = heapq.heappop(heads)
-        arrival = queues[service][index]
-        start = max(ready, heapq.heappop(free_slots))
-        end = start + costs[service]["execute_s"]
-        heapq.heappush(free_slots, end)
-        acts.append(end - arrival.at)
-        ends.append(end)
-        if index + 1 < len(queues[service]):
-            following = queues[service][index + 1]
-            heapq.heappush(heads, (max(following.at, end), service, index + 1))
-    return {
-        "mean_act_s": statistics.fmean(acts),
-        "makespan_s": max(ends),
-        "device_seconds": SERVICES * max(ends),
     }
 
 
@@ -438,23 +361,27 @@ async def _run(quick: bool) -> BenchReport:
         for service in services.values():
             await service.prepare()
         prof = await profile(services)
-        # Calibration: one untimed run of each variant with the idle profile as the scheduler's
-        # estimates; the agent's own execute and restore seconds in it become the costs the
-        # timed runs' scheduler and the simulator use (never the ACT the runs measure).
-        calibration_runs = {v: await _run_variant(v, services, arrivals, prof) for v in VARIANTS}
-        costs = {v: _costs(prof, run["calibration"]) for v, run in calibration_runs.items()}
+        # Each repetition, every form: a calibration run, then the timed run with its costs
+        # (never the ACT a run measures, never a cost from the run predicted). Alternating
+        # forms, so every form sees the same stretch of the host's load.
+        estimates = {v: prof for v in VARIANTS}  # the calibration runs' scheduler: history
+        calibration_runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+        costs: dict[str, list[dict[str, dict[str, float]]]] = {v: [] for v in VARIANTS}
         runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
-        for _ in range(params.repeats):  # alternating, so every variant sees the same load
+        for _ in range(params.repeats):
             for variant in VARIANTS:
-                runs[variant].append(
-                    await _run_variant(variant, services, arrivals, costs[variant])
-                )
-        prediction = {v: _predict(v, services, arrivals, costs[v]) for v in VARIANTS}
+                calibration = await _run_variant(variant, services, arrivals, estimates[variant])
+                measured = costs_with(prof, calibration["calibration"])
+                runs[variant].append(await _run_variant(variant, services, arrivals, measured))
+                calibration_runs[variant].append(calibration)
+                costs[variant].append(measured)
+                estimates[variant] = measured
+        prediction = {v: [_predict(v, services, arrivals, c) for c in costs[v]] for v in VARIANTS}
         # each timed run replayed with its own agent-reported costs: the simulator's queueing
         # and placement, without the drift of the machine's load since the calibration run
         replayed = {
             v: [
-                _predict(v, services, arrivals, _costs(prof, run["calibration"]))["mean_act_s"]
+                _predict(v, services, arrivals, costs_with(prof, run["calibration"]))["mean_act_s"]
                 for run in runs[v]
             ]
             for v in VARIANTS
@@ -464,7 +391,7 @@ async def _run(quick: bool) -> BenchReport:
             "isolated": predict_isolated(arrivals, prof),
         }
         host_mb = next(iter(services.values())).host_mb
-        memory = _device_memory_mb(services)
+        memory = device_memory_mb(services)
     load_after = os.getloadavg()
 
     def median(variant: str, key: str) -> float:
@@ -492,8 +419,10 @@ async def _run(quick: bool) -> BenchReport:
         "load_average_before": load_before,
         "load_average_after": load_after,
     }
-    error = {v: prediction[v]["mean_act_s"] / medians[v]["mean_act_s"] - 1.0 for v in VARIANTS}
-    own = {v: statistics.median(replayed[v]) / medians[v]["mean_act_s"] - 1.0 for v in VARIANTS}
+    predicted = {v: [p["mean_act_s"] for p in prediction[v]] for v in VARIANTS}
+    lived = {v: [run["mean_act_s"] for run in runs[v]] for v in VARIANTS}
+    error = {v: prediction_error(predicted[v], lived[v]) for v in VARIANTS}
+    own = {v: prediction_error(replayed[v], lived[v]) for v in VARIANTS}
     report.series = {
         "profile": prof,
         "calibration_runs": calibration_runs,
@@ -502,9 +431,9 @@ async def _run(quick: bool) -> BenchReport:
         "median": medians,
         "isolated_baseline": baseline,
         "simulator": prediction,
-        "simulator_signed_error": error,
+        "simulator_error": error,
         "simulator_replay_of_each_run_mean_act_s": replayed,
-        "simulator_replay_signed_error": own,
+        "simulator_replay_error": own,
         "simulator_idle_profile": idle_prediction,
         "simulator_idle_profile_signed_error": {
             "eoe": idle_prediction["eoe"]["mean_act_s"] / medians["eoe_ungated"]["mean_act_s"] - 1,
@@ -516,14 +445,82 @@ async def _run(quick: bool) -> BenchReport:
     report.targets = [
         Target.at_least("isolated_over_eoe_mean_act", iso_act / eoe_act, 1.0),
         Target.at_least("isolated_over_eoe_device_seconds", iso_ds / eoe_ds, 1.0),
-        Target.at_most("simulator_eoe_mean_act_error", abs(error["eoe"]), 0.2),
-        Target.at_most("simulator_isolated_mean_act_error", abs(error[baseline]), 0.2),
+        # the median of the predictions, each from the calibration run just before its run
+        Target.at_most("simulator_eoe_mean_act_error", abs(error["eoe"]["of_medians"]), 0.2),
+        Target.at_most(
+            "simulator_isolated_mean_act_error", abs(error[baseline]["of_medians"]), 0.2
+        ),
         # the same model given each timed run's own agent-reported costs (not its ACT)
-        Target.at_most("simulator_eoe_mean_act_error_own_costs", abs(own["eoe"]), 0.2),
-        Target.at_most("simulator_isolated_mean_act_error_own_costs", abs(own[baseline]), 0.2),
+        Target.at_most(
+            "simulator_eoe_mean_act_error_own_costs", abs(own["eoe"]["of_medians"]), 0.2
+        ),
+        Target.at_most(
+            "simulator_isolated_mean_act_error_own_costs", abs(own[baseline]["of_medians"]), 0.2
+        ),
     ]
     return report
 
 
+def claim_host_cores(nice: int = STANDIN_GROUP_NICE) -> str:
+    """Give this process's session precedence for the host's cores over the other sessions;
+    returns the scheduling group as the kernel then reports it, or why it could not.
+
+    Under Linux's autogroup scheduling every session is one group and the groups share the
+    cores equally, whatever their threads' nice values: the stand-ins got the cores divided by
+    however many other sessions were busy, which changed several-fold between runs a minute
+    apart, and no compute slot or thread priority inside the process changes that. A GPU is
+    not shared with other sessions' processes; a group that outranks them gets the cores its
+    stand-ins ask for, so both approaches run at the devices' own speed and costs measured
+    before a run hold during it.
+    """
+    group = Path("/proc/self/autogroup")
+    try:
+        group.write_text(str(nice))
+        return group.read_text().strip()
+    except OSError as exc:
+        return f"not claimed: {type(exc).__name__}: {exc}"
+
+
+def group_nice(environ: Mapping[str, str]) -> int:
+    """``GPU_LIVE_GROUP_NICE`` (-20 .. 19, 0: no precedence), else ``STANDIN_GROUP_NICE``."""
+    raw = environ.get("GPU_LIVE_GROUP_NICE")
+    if raw is None:
+        return STANDIN_GROUP_NICE
+    try:
+        nice = int(raw)
+    except ValueError:
+        nice = None
+    if nice is None or not -20 <= nice <= 19:
+        raise ValueError(f"GPU_LIVE_GROUP_NICE: an integer in -20 .. 19, got {raw!r}")
+    return nice
+
+
+def _measure(out: Path, quick: bool) -> None:
+    nice = group_nice(os.environ)
+    claimed = claim_host_cores(nice) if nice else "not claimed: GPU_LIVE_GROUP_NICE=0"
+    report = asyncio.run(_run(quick))
+    report.params["host_cores"] = {"scheduling_group": claimed, "asked_nice": nice}
+    out.write_text(json.dumps(report.to_json()))
+
+
 def run(quick: bool = False) -> BenchReport:
-    return asyncio.run(_run(quick))
+    """Measure in a child process in a session of its own, so that the precedence
+    ``claim_host_cores`` gives covers the benchmark and nothing else its caller runs."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="gpu-live-report-") as folder:
+        out = Path(folder) / "report.json"
+        command = [sys.executable, "-m", "bench.gpu_live", str(out)] + (["--quick"] * quick)
+        subprocess.run(command, check=True, cwd=root, start_new_session=True)
+        data = json.loads(out.read_text())
+    return BenchReport(
+        benchmark=data["benchmark"],
+        quick=data["quick"],
+        params=data["params"],
+        series=data["series"],
+        targets=[Target(**target) for target in data["targets"]],
+        started=data["started"],
+    )
+
+
+if __name__ == "__main__":
+    _measure(Path(sys.argv[1]), quick="--quick" in sys.argv[2:])

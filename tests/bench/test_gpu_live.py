@@ -1,4 +1,4 @@
-"""bench/gpu_live.py's predictions and calibration, without loading any model."""
+"""gpu_live's predictions and calibration (bench/_gpu_live_sim.py), without loading any model."""
 
 from __future__ import annotations
 
@@ -7,7 +7,15 @@ from typing import Any, cast
 
 import pytest
 
-from bench.gpu_live import Arrival, Reported, calibrate, predict_eoe, predict_isolated
+from bench._gpu_live_sim import (
+    Arrival,
+    Reported,
+    calibrate,
+    predict_eoe,
+    predict_isolated,
+    prediction_error,
+)
+from bench.gpu_live import STANDIN_GROUP_NICE, group_nice
 
 COSTS = {f"rm-{i}": {"execute_s": 1.0, "restore_s": 0.25, "host_mb": 10.0} for i in range(6)}
 
@@ -57,3 +65,20 @@ def test_calibration_averages_the_agent_reports_per_service() -> None:
     assert calibration["rm-0"] == {"execute_s": 1.5, "restore_s": 0.3}
     assert calibration["rm-1"] == {"execute_s": 0.5}  # never restored: the profile's is used
     assert cast(dict[str, float], calibration["rm-1"]).get("restore_s") is None
+
+
+def test_prediction_error_reads_the_median_prediction_against_the_median_run() -> None:
+    error = prediction_error([0.9, 1.2, 3.0], [1.0, 1.0, 2.0])
+    assert error["of_medians"] == pytest.approx(0.2)  # 1.2 / 1.0 - 1
+    assert error["per_run"] == pytest.approx([-0.1, 0.2, 0.5])
+    with pytest.raises(ValueError, match="one prediction per live run"):
+        prediction_error([1.0], [1.0, 2.0])
+
+
+def test_group_nice_reads_the_environment_and_names_it_when_bad() -> None:
+    assert group_nice({}) == STANDIN_GROUP_NICE
+    assert group_nice({"GPU_LIVE_GROUP_NICE": "0"}) == 0
+    assert group_nice({"GPU_LIVE_GROUP_NICE": "-5"}) == -5
+    for bad in ("fast", "-21", "20"):
+        with pytest.raises(ValueError, match="GPU_LIVE_GROUP_NICE"):
+            group_nice({"GPU_LIVE_GROUP_NICE": bad})
