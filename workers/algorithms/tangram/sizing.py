@@ -198,8 +198,18 @@ class UnitSizing:
     def exploration_units(self, spec: ActionSpec) -> tuple[int, ...]:
         """The key units Alg. 2 explores for the first remaining action: the paper's first
         ``depth`` options, plus (Loom's own) the doubling ladder from the smallest option to the
-        largest, so that a deferral is weighed against a wide start (see ``objective``)."""
-        return _exploration_ladder(self.options(spec), self.policy.depth)
+        largest, so that a deferral is weighed against a wide start (see ``objective``).
+
+        The ladder only where the topology's units are interchangeable: the estimate starts a
+        ``k``-unit allocation at the ``k``-th release of its per-unit profile, which on GPUs
+        (buddy chunks, §5.3) is only a lower bound on when a free chunk of ``k`` appears, so
+        wide rungs there made deferring look cheaper than it is and left chunks idle while
+        candidates waited for a wide one. GPU pools keep the paper's ``depth`` options.
+        """
+        options = self.options(spec)
+        if not self.policy.topology.units_interchangeable:
+            return options[: self.policy.depth]
+        return _exploration_ladder(options, self.policy.depth)
 
     def first_options(self, spec: ActionSpec) -> list[tuple[int, float]]:
         """The allocations Alg. 2 explores for the first remaining action, with durations."""

@@ -1,6 +1,7 @@
 """The GPU pool's memory-derived DoP floor (``GpuTopology.resident_dop``): an elastic GPU action
 starts no narrower than the narrowest chunk that could cache every service the pool is serving,
-so narrow starts do not evict each other's instances; the baselines' policies ignore it."""
+so narrow starts do not evict each other's instances; the baselines' policies ignore it. And
+the GPU estimate's exploration, the paper's ``depth`` options without the wide ladder."""
 
 from __future__ import annotations
 
@@ -49,6 +50,17 @@ def test_resident_dop_is_the_narrowest_chunk_caching_every_service() -> None:
     assert topology.dop_floors([_action("x", "a"), _action("y", "b")]) == {"gpu": 2}
 
 
+def test_the_floor_yields_to_the_widest_free_chunk() -> None:
+    topology = GpuTopology(["g0"], _services(a=60, b=60, c=60, d=60), gpus_per_node=8)
+    specs = [_action(name, name) for name in "abcd"]  # 240 GB: 60 GB per GPU on four
+    assert topology.dop_floors(specs) == {"gpu": 4}
+    topology.allocate(_action("x", "a"), "pool", {"gpu": 4}, 0.0)
+    assert topology.dop_floors(specs) == {"gpu": 4}  # a free 4-chunk is left
+    topology.allocate(_action("y", "b"), "pool", {"gpu": 2}, 0.0)
+    # only a 2-chunk is free: a floor of 4 would leave it idle while actions wait
+    assert topology.dop_floors(specs) == {"gpu": 2}
+
+
 def test_elastic_starts_no_narrower_than_the_services_floor() -> None:
     topology = GpuTopology(["g0"], _services(a=60, b=60), gpus_per_node=8)
     scheduler = ElasticScheduler(topology)
@@ -85,3 +97,16 @@ def test_max_dop_caps_the_floor_and_fixed_dop_ignores_it() -> None:
     for i in range(4):
         fixed.submit(_action(f"r{i}", "a" if i % 2 else "b"), 0.0)
     assert [a.dop for a in fixed.schedule(0.0)] == [1, 1, 1, 1]
+
+
+def test_the_gpu_estimate_explores_the_papers_depth_options_only() -> None:
+    """Alg. 2 explores the first remaining action at its first ``depth`` options; the doubling
+    ladder's wide rungs assume any k released units make one k-unit allocation, which GPU
+    buddy chunks do not (a CPU pool keeps the ladder: ``test_objective``)."""
+    topology = GpuTopology(["g0"], _services(a=16), gpus_per_node=8)
+    assert not topology.units_interchangeable
+    scheduler = ElasticScheduler(topology, depth=2)
+    spec = _action("x", "a")
+    assert scheduler._sizing.exploration_units(spec) == (1, 2)
+    scheduler.set_policy(depth=3)
+    assert scheduler._sizing.exploration_units(spec) == (1, 2, 4)

@@ -92,6 +92,10 @@ class Topology(ABC):
     """A resource manager: Basic (§5.1), CPU (§5.2) or GPU (§5.3)."""
 
     kind: str = "abstract"
+    # Whether any ``k`` released units of a key resource can serve one ``k``-unit allocation
+    # (a node's cores can; GPU buddy chunks cannot): the Alg. 2 estimate's per-unit profile
+    # assumes it, so only then does it explore wide allocations (``sizing.exploration_units``).
+    units_interchangeable: bool = True
 
     @property
     @abstractmethod

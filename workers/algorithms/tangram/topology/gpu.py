@@ -145,6 +145,7 @@ class GpuTopology(Topology):
     """
 
     kind = "gpu"
+    units_interchangeable = False  # an allocation of k GPUs needs one free buddy chunk of k
 
     def __init__(
         self,
@@ -224,8 +225,20 @@ class GpuTopology(Topology):
 
     def dop_floors(self, specs: Iterable[ActionSpec]) -> dict[str, int]:
         """The GPU floor of a pass: :meth:`resident_dop` of the services ``specs`` name (the
-        running actions and the head of the queue); none when that is one GPU."""
+        running actions and the head of the queue), lowered to the widest free chunk when none
+        that wide is free; none when that is one GPU.
+
+        The lowering is Loom's rule, as ``min_dop_cap`` is for a policy's ``min_dop``: a floor
+        above every free chunk would leave the pass with free GPUs no waiting action may take
+        (a node narrower than the floor, or the free half of a node whose other half runs an
+        action), which idles them until a whole wide chunk frees.
+        """
         floor = self.resident_dop({spec.service for spec in specs if spec.service is not None})
+        widest_free = max(
+            (size for size, free in zip(CHUNK_SIZES, self.free_chunks, strict=True) if free),
+            default=floor,
+        )
+        floor = min(floor, widest_free)
         return {GPU: floor} if floor > 1 else {}
 
     def resident_dop(self, services: Iterable[str]) -> int:
