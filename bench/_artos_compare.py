@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench._artos_loom import KEEP_WARM_S, ZYGOTE_START
+from bench._artos_loom import ACTOR_NICENESS, KEEP_WARM_S, ZYGOTE_START
 from bench._artos_workload import Workload
 from bench.report import BenchReport, Target, plot_path
 
@@ -88,6 +88,7 @@ def compare(
         "either system starts its actors; the platform's own start is in platform_start_*",
         "loom_actor_keep_warm_s": KEEP_WARM_S,
         "loom_zygote_start": ZYGOTE_START,
+        "loom_actor_niceness": ACTOR_NICENESS,
     }
     report = BenchReport(name, quick, params=params)
     missing = ray_missing()
@@ -140,7 +141,16 @@ def compare(
         summary[f"{system}_leftover_processes"] = sum(
             r["leftover_processes_killed"] for r in runs[system]
         )
-    report.series = {"runs": runs, "ratios": ratios, "summary": summary}
+    niceness = {  # each system's actor processes, as they read it themselves
+        system: sorted({n for r in runs[system] for n in r.get("actor_niceness", [])})
+        for system in SYSTEMS
+    }
+    report.series = {
+        "runs": runs,
+        "ratios": ratios,
+        "summary": summary,
+        "actor_niceness": niceness,
+    }
     all_reached = all(r["both_reached"] for r in ratios)
     low, high = SAMPLE_EFFICIENCY_BAND
     steps_ratio = summary["env_steps"]

@@ -45,6 +45,11 @@ KEEP_WARM_S = 1.0
 # results/*_zygote_spawn.json
 ZYGOTE_START = "fork"
 AHEAD_BATCHES = 1  # off-policy: batches an actor may deliver ahead of the learner
+# the learner first: the actors run at the niceness Ray's raylet gives every worker process by
+# default (``worker_niceness``), so in both systems the learner's process outranks its own
+# actors on the cores they share (artos §4.1 runs them on different nodes). The runs with the
+# actors at the learner's priority (0) are kept as results/*_actors_nice0.json
+ACTOR_NICENESS = 15
 
 
 def checkpoint_root() -> str | None:
@@ -79,6 +84,7 @@ def _declare(
             params_key=PARAMS_KEY,
             keep_warm_s=KEEP_WARM_S,
             start_method=ZYGOTE_START,
+            niceness=ACTOR_NICENESS,
         )
         .learner("learner", trigger="learn")
     )
@@ -129,6 +135,7 @@ def run_ppo(workload: Workload, device: str, lock_dir: str) -> dict[str, Any]:
                 learner_leases=len(lease.intervals),
                 actor_startup_waits_s=_startup_waits(running),
                 actor_held_core_s=_actor_held_core_s(running),
+                actor_niceness=_niceness(running),
                 zygote_started_by=running.pool.started_by,
             )
         finally:
@@ -241,6 +248,7 @@ def run_dqn(workload: Workload, device: str, lock_dir: str) -> dict[str, Any]:
                 ahead_batches=AHEAD_BATCHES,
                 actor_startup_waits_s=_startup_waits(running),
                 actor_held_core_s=_actor_held_core_s(running),
+                actor_niceness=_niceness(running),
                 zygote_started_by=pool.started_by,
             )
             pool.wait(names)
@@ -270,6 +278,18 @@ def _actor_held_core_s(running: RunningWorkflow) -> float:
         for record in running.pool.records.values()
         for i in record.history
         if i.finished_at is not None and i.requested_at
+    )
+
+
+def _niceness(running: RunningWorkflow) -> list[int]:
+    """The distinct nicenesses the actors' processes reported when ready."""
+    return sorted(
+        {
+            i.niceness
+            for record in running.pool.records.values()
+            for i in record.history
+            if i.niceness is not None
+        }
     )
 
 

@@ -52,6 +52,10 @@ class SamplingActor:
     def pid(self) -> int:
         return os.getpid()
 
+    def niceness(self) -> int:
+        """The niceness the raylet started this worker at (its ``worker_niceness``)."""
+        return os.getpriority(os.PRIO_PROCESS, 0)
+
 
 def start_ray() -> Any:
     """The platform: GCS and raylet sized to this machine, no dashboard."""
@@ -106,6 +110,7 @@ def run_ppo(ray: Any, workload: Workload, device: str, lock_dir: str) -> dict[st
         learner_busy_s=busy_s,
         learner_leases=1,
         actor_held_core_s=_actor_held_core_s(progress),
+        actor_niceness=_niceness(ray, actors),
     )
 
 
@@ -152,6 +157,7 @@ def run_dqn(ray: Any, workload: Workload, device: str, lock_dir: str) -> dict[st
         learner_leases=1,
         updates=learner.updates,
         actor_held_core_s=_actor_held_core_s(progress),
+        actor_niceness=_niceness(ray, actors),
     )
 
 
@@ -201,6 +207,11 @@ def _kill(ray: Any, actor: Any, clock: IterationClock, timeout_s: float = 10.0) 
     deadline = time.monotonic() + timeout_s
     while process_cpu_seconds(pid) is not None and time.monotonic() < deadline:
         time.sleep(0.005)
+
+
+def _niceness(ray: Any, actors: list[Any]) -> list[int]:
+    """The distinct nicenesses of the actors' processes (read after the learner's lease)."""
+    return sorted(set(ray.get([actor.niceness.remote() for actor in actors])))
 
 
 def _actor_held_core_s(progress: Progress) -> float:

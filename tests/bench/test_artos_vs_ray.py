@@ -31,6 +31,8 @@ def test_quick_run_compares_both_systems(bench: ModuleType, tmp_path):
         assert result["total_cpu_s"] > 0 and result["learner_held_s"] > 0
     assert runs["loom"][0]["learner_leases"] >= 1 and runs["ray"][0]["learner_leases"] == 1
     assert runs["loom"][0]["zygote_started_by"] == "fork"  # a run's process has no threads yet
+    niceness = report.series["actor_niceness"]  # each learner outranks its own actors alike
+    assert niceness["loom"] == niceness["ray"] and niceness["loom"][0] > 0
     assert {t.name for t in report.targets} >= {
         "cpu_seconds_saving_vs_ray",
         "end_to_end_time_ratio_vs_ray",

@@ -34,6 +34,7 @@ from workers.agents.common.sysinfo import numa_layout, usable_cores
 
 MAX_PACKET = 1 << 16
 START_METHODS = ("spawn", "fork")
+MAX_NICENESS = 19  # the lowest priority Linux has
 
 
 class ActorPoolError(RuntimeError):
@@ -66,6 +67,7 @@ class Invocation:
     finished_at: float | None = None
     prewarmed: bool = False
     cores: tuple[int, ...] = ()
+    niceness: int | None = None  # the actor process's, as it reported when ready
 
 
 @dataclass
@@ -112,13 +114,16 @@ class ActorPool:
         seed: int = 0,
         keep_warm_s: float = 0.0,
         start_method: str = "spawn",
+        niceness: int = 0,
     ) -> None:
         """``keep_warm_s``: after its checkpoint an actor's process stays parked this long
         (no CPU, its state in memory) and serves the next invocation without a fork; 0
         ends it at every checkpoint. ``start_method``: the zygote is a fresh interpreter
         (``spawn``) or a fork of this process (``fork``, ``workers.actors.fork_start``:
         the modules this process imported come for free; a fresh interpreter where forking
-        is not safe). ``started_by`` says which it was."""
+        is not safe). ``started_by`` says which it was. ``niceness``: the actors' scheduling
+        niceness (0..19, never below the zygote's): above 0, the job's learner (and the
+        node's other work) gets most of a core it shares with a running actor."""
         if start_method not in START_METHODS:
             raise ActorPoolError(
                 f"start_method: expected one of {', '.join(START_METHODS)}, got {start_method!r}"
@@ -128,6 +133,12 @@ class ActorPool:
         if not keep_warm_s >= 0:
             raise ActorPoolError(f"keep_warm_s: expected seconds >= 0, got {keep_warm_s!r}")
         self.keep_warm_s = float(keep_warm_s)
+        integer = isinstance(niceness, int) and not isinstance(niceness, bool)
+        if not integer or not 0 <= niceness <= MAX_NICENESS:
+            raise ActorPoolError(
+                f"niceness: expected an integer 0..{MAX_NICENESS}, got {niceness!r}"
+            )
+        self.niceness = niceness
         if not actors or len(set(actors)) != len(actors):
             raise ActorPoolError(f"actors: expected distinct names, got {list(actors)!r}")
         if steps < 1:
@@ -209,6 +220,7 @@ class ActorPool:
                 sink=self.sink,
                 params=self.params,
                 keep_warm_s=self.keep_warm_s,
+                niceness=self.niceness,
             )
         self._socket.send(json.dumps(message).encode())
 
@@ -356,6 +368,7 @@ class ActorPool:
             current.ready_at = float(event["at"])
             current.restored, current.restore_s = bool(event["restored"]), event["restore_s"]
             current.cores = tuple(event.get("cores", ()))
+            current.niceness = event.get("niceness")
             if current.prewarmed and current.startup_wait_s is None and current.invoked_at == 0:
                 record.state = ActorState.WARM
             else:

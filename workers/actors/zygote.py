@@ -13,7 +13,8 @@ in the spirit of artos §4.3's pre-warming); an idle one is retired, its checkpo
 Times are ``time.monotonic()`` (one clock for every process of the node).
 
 The zygote stays single-threaded and never opens a ZeroMQ context, so forking it is safe; each
-child pins itself to its cores, restores its checkpoint, pulls parameters, samples, hands its
+child lowers its priority to the request's ``niceness`` (the job's learner first on a shared
+core), pins itself to its cores, restores its checkpoint, pulls parameters, samples, hands its
 batch to the buffer (one connection for both), checkpoints and exits. ``--cold`` is the
 baseline: a fresh interpreter that imports and prepares the program and restores the actor,
 then reports ready.
@@ -99,6 +100,13 @@ def send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.send(json.dumps(message).encode())
 
 
+def lower_priority(niceness: int) -> None:
+    """Run this process (its one thread, and every thread it starts later) at ``niceness``,
+    unless it already runs at a lower priority: an actor never outranks its zygote."""
+    if niceness > os.getpriority(os.PRIO_PROCESS, 0):
+        os.setpriority(os.PRIO_PROCESS, 0, niceness)
+
+
 def _restore(program: ActorProgram, request: dict[str, Any]) -> tuple[Any, bool]:
     state = load_checkpoint(request["checkpoint_dir"], request["actor"])
     if state is not None:
@@ -180,6 +188,7 @@ def _invocation(
                 "kept_warm": kept_warm,
                 "restore_s": ready - started,
                 "cores": sorted(os.sched_getaffinity(0)),
+                "niceness": os.getpriority(os.PRIO_PROCESS, 0),
             },
         )
         go_at: float | None = ready
@@ -343,6 +352,7 @@ class Zygote:
                     if fd >= 0:
                         os.close(fd)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                lower_priority(int(request.get("niceness") or 0))
                 link = None if links is None else links[1]
                 code = run_actor(self.program, request, self.control, read_end, link)
             finally:

@@ -155,8 +155,9 @@ class Workflow:
         With ``program`` (``module:attribute``), ``start`` runs them as elastic actors
         (``workers.actors``): each invocation samples ``steps`` steps into ``buffer``, with the
         parameters read from its object ``params_key``; a trigger whose target is ``ACTORS``
-        invokes them all. ``keep_warm_s`` and ``start_method`` (``spawn`` or ``fork``) go to
-        the ``ActorPool``; a forked zygote is forked before the buffer server starts.
+        invokes them all. ``keep_warm_s``, ``start_method`` (``spawn`` or ``fork``) and
+        ``niceness`` (the actors' priority below the learner's) go to the ``ActorPool``; a
+        forked zygote is forked before the buffer server starts.
         """
         if count < 1 or cores_each < 1:
             raise WorkflowError(
@@ -288,6 +289,7 @@ class Workflow:
             cores_each=stage.cores_each,
             keep_warm_s=stage.params.get("keep_warm_s", 0.0),
             start_method=stage.params.get("start_method", "spawn"),
+            niceness=stage.params.get("niceness", 0),
         )
         try:
             pool.start()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -137,6 +139,29 @@ def test_core_assignment_and_bad_input():
         assign_cores(["a"], 3, cores=[0, 1])
     with pytest.raises(ActorPoolError, match=r"^actors"):
         ActorPool(PROGRAM, ["a", "a"], "/tmp", steps=1)
+    bad: tuple[Any, ...] = (-1, 20, True, 1.5, "5")
+    for niceness in bad:
+        with pytest.raises(ActorPoolError, match=r"^niceness: expected an integer 0\.\.19"):
+            ActorPool(PROGRAM, ["a"], "/tmp", steps=1, niceness=niceness)
+
+
+def test_actors_run_at_the_pools_niceness_and_the_pools_process_keeps_its_own(served, tmp_path):
+    _, address = served
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    with ActorPool(
+        PROGRAM,
+        ["a0"],
+        tmp_path / "ckpt",
+        steps=4,
+        sink={"address": address, "buffer": "rollout"},
+        keep_warm_s=30.0,
+        niceness=15,
+    ) as pool:
+        runs = [pool.run_iteration(["a0"])["a0"] for _ in range(2)]  # forked, then kept warm
+    assert [r.niceness for r in runs] == [max(ours, 15)] * 2
+    assert os.getpriority(os.PRIO_PROCESS, 0) == ours
+    with make_pool(tmp_path, address, actors=("a0",)) as pool:  # by default: the zygote's
+        assert pool.run_iteration(["a0"])["a0"].niceness == ours
 
 
 def test_actor_count_scales_between_iterations_without_a_restart(served, tmp_path):

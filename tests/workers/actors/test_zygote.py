@@ -14,7 +14,12 @@ import numpy as np
 import pytest
 
 from workers.actors.pool import ActorPool, ActorPoolError, ActorState
-from workers.actors.zygote import HUGE_PAGE, collapse_to_huge_pages, zygote_environment
+from workers.actors.zygote import (
+    HUGE_PAGE,
+    collapse_to_huge_pages,
+    lower_priority,
+    zygote_environment,
+)
 
 
 def test_the_zygote_environment_adds_the_malloc_huge_page_tunable_once():
@@ -169,3 +174,23 @@ def test_an_idle_zygote_sleeps_until_something_happens(served, tmp_path):
 def test_keep_warm_time_must_not_be_negative(tmp_path):
     with pytest.raises(ActorPoolError, match="keep_warm_s"):
         _pool(tmp_path, "tcp://127.0.0.1:1", keep_warm_s=-1.0)
+
+
+def test_an_actor_never_raises_its_priority_above_its_zygotes():
+    """``lower_priority`` only lowers: at niceness 18 a request for 15 leaves it at 18 (in a
+    forked child: a process cannot take its own priority back)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, 18)
+            lower_priority(15)
+            kept = os.getpriority(os.PRIO_PROCESS, 0)
+            lower_priority(19)
+            os.write(write_end, f"{kept} {os.getpriority(os.PRIO_PROCESS, 0)}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as results:
+        assert results.read().split() == ["18", "19"]
+    os.waitpid(pid, 0)
