@@ -25,6 +25,8 @@ Two refinements of the printed algorithm, both Loom's own:
 - **Geometric exploration.** The paper explores the first remaining action at DoP
   ``1..depth``; we explore those and the doubling ladder up to its largest option
   (``sizing.UnitSizing.exploration_units``), so a deferral is weighed against a wide start.
+  Not on GPU pools, whose buddy chunks break the profile's "any k released units" (there the
+  paper's ``1..depth`` options stay).
 
 Times are relative to ``now``: queueing that already happened is the same for every choice and
 cancels out of the comparison. Algorithm 2 as printed pops the later actions from ``heap``

@@ -13,6 +13,10 @@ deviations from the paper. One more deviation, here: the estimate reads at most
 ``estimate_window`` remaining actions (``None`` = the whole queue, as in the paper) so that a
 pass stays O(window · log heap) at 4 096 waiting actions.
 
+A topology may set a per-pass floor on an elastic action's key units from the running actions
+and the queue head (``Topology.dop_floors``; the GPU pool's memory-derived floor), applied like
+``min_dop`` under the "elastic" algorithm only.
+
 ``rest_model`` (a constructor argument, set by a scheduler service's ``ServiceConfig``) chooses
 how Alg. 2 estimates the remaining actions: "efficient" (Loom's own, the default) or "minimum"
 (the paper's); see ``objective``. ``candidate_cap`` comes from the same configuration.

@@ -14,6 +14,11 @@ at any time.
 
 Nodes may differ in size (1, 2, 4 or 8 GPUs each), so a pool can be any number of GPUs: whole
 nodes plus a part of one, as a share of a cluster is.
+
+*DoP floor* (Loom's own, :meth:`GpuTopology.dop_floors`): an elastic action starts no narrower
+than the narrowest chunk that could cache every service the pool is serving at once, so narrow
+cold starts do not evict each other's instances (the cache dithering §5.3's LRU is meant to
+reduce); the floor yields to the widest free chunk.
 """
 
 from __future__ import annotations
