@@ -48,7 +48,7 @@ AHEAD_BATCHES = 1  # off-policy: batches an actor may deliver ahead of the learn
 # the learner first: the actors run at the niceness Ray's raylet gives every worker process by
 # default (``worker_niceness``), so in both systems the learner's process outranks its own
 # actors on the cores they share (artos §4.1 runs them on different nodes). The runs with the
-# actors at the learner's priority (0) are kept as results/*_actors_nice0.json
+# actors at the learner's priority (0) are kept as results/*_actors_nice0*.json
 ACTOR_NICENESS = 15
 
 
