@@ -100,6 +100,7 @@ def predict_eoe(
     arrivals: list[Arrival],
     costs: dict[str, dict[str, float]],
     slots: int | None = None,
+    admission: int | None = None,
 ) -> dict[str, Any]:
     """The simulator on the same trace: each request a one-step trajectory at its arrival."""
     memory = device_memory_mb(services)
@@ -129,6 +130,7 @@ def predict_eoe(
         Trace("gpu_live", trajectories),
         {"gpu": ElasticScheduler(topology)},
         compute_slots={"gpu": slots} if slots else {},
+        admission={"gpu": admission} if admission else {},
     ).run()
     return {
         "mean_act_s": result.mean_act(),

@@ -20,7 +20,12 @@ several stand-ins runs it no faster and finishes every request of it late togeth
 approach therefore runs in two forms: with the cache's ``compute_slots`` (as many requests
 compute at once as there are cores, the rest wait in arrival order holding their device) and
 without (``*_ungated``: every busy stand-in time-slices the cores). The isolated baseline is the
-better of its two forms.
+better of its two forms. EOE also runs a third form, ``eoe_admitted``: the requests are handed to
+the scheduler at most as many at a time as there are compute slots, the rest held back in
+arrival order, so each is placed when it can compute, on a device that holds its service if one
+is free then, instead of a burst being spread over every idle stand-in and restored onto devices
+whose requests then wait for a slot anyway (evicting warm copies). A scheduler service would do
+this for a node whose devices share their compute; real GPUs need no such limit.
 
 The simulator predicts each timed run on the same trace from costs measured before it: each
 repetition runs every form twice in a row, a calibration run and then the timed run. The
@@ -60,6 +65,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,7 +205,11 @@ async def run_eoe(
     arrivals: list[Arrival],
     prof: dict[str, dict[str, float]],
     slots: int | None,
+    admission: int | None = None,
 ) -> dict[str, Any]:
+    """``admission``: at most that many requests handed to the scheduler and unfinished, the
+    rest held back in arrival order (a dispatcher that sends the node no more than its
+    stand-ins can compute at once; ``TangramSimulation(admission=...)``)."""
     memory = device_memory_mb(services)
     cache = ServiceCache(discover_devices(EOE_DEVICES, memory), services, compute_slots=slots)
     cache.prepared = True  # the host copies are loaded already (profile)
@@ -215,8 +225,14 @@ async def run_eoe(
     finished: dict[str, float] = {}
     served: list[Reported] = []
     tasks: set[asyncio.Task[None]] = set()
+    held_back: deque[Arrival] = deque()
+    submitted = [0]  # handed to the scheduler and not finished
 
-    def schedule() -> None:
+    def admit_and_schedule() -> None:
+        while held_back and (admission is None or submitted[0] < admission):
+            arrival = held_back.popleft()
+            submitted[0] += 1
+            scheduler.submit(_spec(arrival, prof[arrival.service]["execute_s"]), clock())
         for assignment in scheduler.schedule(clock()):
             task = asyncio.create_task(execute(assignment.action_id, assignment.gpu_ids))
             tasks.add(task)
@@ -228,13 +244,14 @@ async def run_eoe(
         served.append(_served(service, result))
         finished[action_id] = clock()
         scheduler.complete(action_id, clock())
-        schedule()
+        submitted[0] -= 1
+        admit_and_schedule()
 
     by_id = {arrival.action_id: arrival for arrival in arrivals}
     for arrival in arrivals:
         await _sleep_until(clock, arrival.at)
-        scheduler.submit(_spec(arrival, prof[arrival.service]["execute_s"]), clock())
-        schedule()
+        held_back.append(arrival)
+        admit_and_schedule()
     while len(finished) < len(arrivals):
         await asyncio.sleep(0.01)
     host = share.end()
@@ -308,19 +325,22 @@ def _summary(
     }
 
 
-VARIANTS = {  # name: (approach, compute slots?)
-    "eoe": ("eoe", True),
-    "isolated": ("isolated", True),
-    "eoe_ungated": ("eoe", False),
-    "isolated_ungated": ("isolated", False),
+VARIANTS = {  # name: (approach, compute slots?, admission within the slots?)
+    "eoe": ("eoe", True, False),
+    "isolated": ("isolated", True, False),
+    "eoe_ungated": ("eoe", False, False),
+    "isolated_ungated": ("isolated", False, False),
+    "eoe_admitted": ("eoe", True, True),
 }
 
 
-def _form(variant: str) -> tuple[str, int | None]:
-    """The variant's approach and compute slots (the agent's rule for its stand-ins)."""
-    approach, gated = VARIANTS[variant]
+def _form(variant: str) -> tuple[str, int | None, int | None]:
+    """The variant's approach, compute slots (the agent's rule for its stand-ins) and admission
+    limit (as many requests at once as there are slots)."""
+    approach, gated, admitted = VARIANTS[variant]
     count = EOE_DEVICES if approach == "eoe" else SERVICES
-    return approach, compute_slots(discover_devices(count, 1)) if gated else None
+    slots = compute_slots(discover_devices(count, 1)) if gated else None
+    return approach, slots, slots if admitted else None
 
 
 async def _run_variant(
@@ -329,9 +349,9 @@ async def _run_variant(
     arrivals: list[Arrival],
     costs: dict[str, dict[str, float]],
 ) -> dict[str, Any]:
-    approach, slots = _form(variant)
+    approach, slots, admission = _form(variant)
     if approach == "eoe":
-        return await run_eoe(services, arrivals, costs, slots)
+        return await run_eoe(services, arrivals, costs, slots, admission)
     return await run_isolated(services, arrivals, slots)
 
 
@@ -341,9 +361,9 @@ def _predict(
     arrivals: list[Arrival],
     costs: dict[str, dict[str, float]],
 ) -> dict[str, Any]:
-    approach, slots = _form(variant)
+    approach, slots, admission = _form(variant)
     if approach == "eoe":
-        return predict_eoe(services, arrivals, costs, slots)
+        return predict_eoe(services, arrivals, costs, slots, admission)
     return predict_isolated(arrivals, costs, slots)
 
 
@@ -415,7 +435,11 @@ async def _run(quick: bool) -> BenchReport:
         "torch_threads_per_request": 1,
         "devices_are": "CPU stand-ins sharing this machine's cores",
         "compute_slots": {v: _form(v)[1] for v in VARIANTS},
-        "variants": {v: {"approach": a, "compute_slots": g} for v, (a, g) in VARIANTS.items()},
+        "admission": {v: _form(v)[2] for v in VARIANTS},
+        "variants": {
+            v: {"approach": a, "compute_slots": g, "admission": m}
+            for v, (a, g, m) in VARIANTS.items()
+        },
         "load_average_before": load_before,
         "load_average_after": load_after,
     }
@@ -445,10 +469,21 @@ async def _run(quick: bool) -> BenchReport:
     report.targets = [
         Target.at_least("isolated_over_eoe_mean_act", iso_act / eoe_act, 1.0),
         Target.at_least("isolated_over_eoe_device_seconds", iso_ds / eoe_ds, 1.0),
+        # EOE with compute-aware admission: at most as many requests placed as can compute
+        Target.at_least(
+            "isolated_over_eoe_admitted_mean_act",
+            iso_act / medians["eoe_admitted"]["mean_act_s"],
+            1.0,
+        ),
         # the median of the predictions, each from the calibration run just before its run
         Target.at_most("simulator_eoe_mean_act_error", abs(error["eoe"]["of_medians"]), 0.2),
         Target.at_most(
             "simulator_isolated_mean_act_error", abs(error[baseline]["of_medians"]), 0.2
+        ),
+        Target.at_most(
+            "simulator_eoe_admitted_mean_act_error",
+            abs(error["eoe_admitted"]["of_medians"]),
+            0.2,
         ),
         # the same model given each timed run's own agent-reported costs (not its ACT)
         Target.at_most(

@@ -82,3 +82,15 @@ def test_group_nice_reads_the_environment_and_names_it_when_bad() -> None:
     for bad in ("fast", "-21", "20"):
         with pytest.raises(ValueError, match="GPU_LIVE_GROUP_NICE"):
             group_nice({"GPU_LIVE_GROUP_NICE": bad})
+
+
+def test_eoe_prediction_with_admission_keeps_a_burst_on_its_warm_devices() -> None:
+    arrivals = burst("rm-0", 4)
+    services = fake_services()
+    spread = predict_eoe(services, arrivals, COSTS, slots=2)
+    admitted = predict_eoe(services, arrivals, COSTS, slots=2, admission=2)
+    assert spread["restores"] == 4  # four idle devices, two of them then wait for a slot
+    assert admitted["restores"] == 2
+    # the same finishing times: the two later requests wait for a warm device instead of for
+    # a slot, and two devices keep whatever they held
+    assert admitted["mean_act_s"] == pytest.approx(spread["mean_act_s"])

@@ -12,7 +12,12 @@ with wall-clock time. An assigned action runs for its *true* duration at the DoP
 ``compute_slots`` (per pool, none by default) models devices that share the compute they run
 on, as the GPU agent's CPU stand-ins share the host's cores: after its restore, an action's
 execution waits, in arrival order, for one of the pool's slots, holding its allocation meanwhile
-(the agent's ``ServiceCache(compute_slots=...)``).
+(the agent's ``ServiceCache(compute_slots=...)``). ``admission`` (per pool, none by default)
+instead holds an action back before its scheduler sees it, in arrival order, while that many of
+the pool's actions are submitted and unfinished: a dispatcher that sends the pool no more work
+than it can compute at once, so that each action is placed when it can run (on a warm chunk if
+one is free then) rather than on whatever device is idle at its arrival. Its ACT still counts
+from its arrival.
 """
 
 from __future__ import annotations
@@ -87,9 +92,14 @@ class TangramSimulation:
     apis: Mapping[str, RateLimitedApi] = field(default_factory=dict)
     name: str = "tangram"
     compute_slots: Mapping[str, int] = field(default_factory=dict)
+    admission: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if any(limit < 1 for limit in (*self.compute_slots.values(), *self.admission.values())):
+            raise ValueError("compute_slots, admission: at least one action per pool")
         self._free_slots = dict(self.compute_slots)
+        self._admitted = {pool: 0 for pool in self.admission}
+        self._held_back: dict[str, deque[ActionSpec]] = {p: deque() for p in self.admission}
         self._slot_queue: dict[str, deque[tuple[str, float]]] = {
             p: deque() for p in self._free_slots
         }
@@ -104,6 +114,7 @@ class TangramSimulation:
             self.loop.at(trajectory.start, partial(self._advance, index, 0))
         self.loop.run()
         stuck = sum(s.waiting_count + s.running_count for s in self.schedulers.values())
+        stuck += sum(len(held) for held in self._held_back.values())
         if stuck:
             raise RuntimeError(f"simulation ended with {stuck} actions never finished")
         self.result.makespan = self.loop.now
@@ -132,9 +143,17 @@ class TangramSimulation:
         spec = template.to_spec(action_id, trajectory.trajectory_id)
         if pool == "cpu" and trajectory.memory_mb:
             spec = _with_memory(spec, trajectory.memory_mb)
-        self.schedulers[pool].submit(spec, self.loop.now)
         record = ActionRecord(action_id, trajectory.trajectory_id, template.kind, self.loop.now)
         self._live[action_id] = _Live(template, record, trajectory_index, step_index, pool)
+        if pool in self._admitted and self._admitted[pool] >= self.admission[pool]:
+            self._held_back[pool].append(spec)
+            return
+        self._submit(spec, pool)
+
+    def _submit(self, spec: ActionSpec, pool: str) -> None:
+        if pool in self._admitted:
+            self._admitted[pool] += 1
+        self.schedulers[pool].submit(spec, self.loop.now)
         self._request_pass(pool)
 
     def _request_pass(self, pool: str) -> None:
@@ -200,6 +219,10 @@ class TangramSimulation:
             self.apis[api_name].finish()
         live.record.finished = now
         self.result.records.append(live.record)
+        if live.pool in self._admitted:
+            self._admitted[live.pool] -= 1
+            if self._held_back[live.pool]:
+                self._submit(self._held_back[live.pool].popleft(), live.pool)
         self._request_pass(live.pool)
         self._advance(live.trajectory_index, live.step_index + 1)
 
