@@ -50,6 +50,7 @@ length), which bounds the DP's item count at ``max_items``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -102,12 +103,17 @@ class WorkerCost:
             alpha[self.group_limit + 1 :] = np.inf
         if self.model == "paper":
             lead_tau = np.append(lengths, 0.0)[start] * self.tau
-
+            zero_lead = not lead_tau.all()
             overhead = self.overhead_per_trajectory
 
             def paper_cost(end: np.ndarray) -> np.ndarray:
                 size = end - start
-                value = alpha[size] * lead_tau  # α[0] = 0: empty groups cost nothing
+                if not zero_lead:
+                    value = alpha[size] * lead_tau  # α[0] = 0: empty groups cost nothing
+                else:  # a group past its limit stays infeasible when its lead is 0 (not ∞·0)
+                    with np.errstate(invalid="ignore"):
+                        value = alpha[size] * lead_tau
+                    np.nan_to_num(value, copy=False, nan=np.inf)
                 return value + overhead * size if overhead else value
 
             return paper_cost
@@ -287,6 +293,8 @@ class _PaperLayers:
         self.alpha = alpha
         self.bounds = bounds
         self.lead_tau = np.append(lengths, 0.0)[bounds] * worker.tau
+        # a zero-length lead makes an over-limit group's ∞·0 a NaN: read as infeasible (∞)
+        self._zero_lead = not self.lead_tau[:-1].all()
         self.overhead = worker.overhead_per_trajectory
         n = len(bounds) - 1
         self.starts = np.arange(n + 1)
@@ -299,7 +307,12 @@ class _PaperLayers:
     def cost_at(self, ends: np.ndarray) -> np.ndarray:
         """``cost(j, ends[j])`` for every start ``j``."""
         size = self.bounds.take(ends) - self.bounds
-        value = self.alpha.take(size) * self.lead_tau
+        if self._zero_lead:
+            with np.errstate(invalid="ignore"):
+                value = self.alpha.take(size) * self.lead_tau
+            np.nan_to_num(value, copy=False, nan=np.inf)
+        else:
+            value = self.alpha.take(size) * self.lead_tau
         if self.overhead:
             value += self.overhead * size
         return value
@@ -350,6 +363,8 @@ class _PaperLayers:
         alpha, bounds, lead_tau = self._scalars
         size = bounds[end] - bounds[start]
         value = alpha[size] * lead_tau[start]
+        if value != value:  # ∞·0: an over-limit group led by a zero-length trajectory
+            value = math.inf
         return value + self.overhead * size if self.overhead else value
 
     def largest_group(self, start: int, target: float) -> int:

@@ -98,6 +98,21 @@ def test_group_limit_is_respected_and_infeasible_raises() -> None:
         place_trajectories(lengths, homogeneous_workers(worker, 2))
 
 
+@pytest.mark.parametrize("model", ["paper", "fluid"])
+def test_zero_length_trajectories_keep_the_group_limit(model: GroupModel) -> None:
+    """A group led by a zero-length prediction (a new trajectory with no prior) past its limit
+    costs ∞ (not ∞·0 = NaN): the limits still hold and a fitting fleet is never refused."""
+    rng = np.random.default_rng(7)
+    for n in range(1, 9):
+        for limit, workers in ((1, n), (2, -(-n // 2)), (3, -(-n // 3) + 1)):
+            worker = WorkerCost(MODEL.alpha_curve(n, 1), tau=1.0, group_limit=limit, model=model)
+            for _ in range(10):
+                lengths = np.sort(rng.choice([0.0, 0.0, 1.0, 5.0], n))[::-1]
+                placement = place_trajectories(lengths, homogeneous_workers(worker, workers))
+                assert sum(placement.group_sizes) == n
+                assert max(placement.group_sizes) <= limit
+
+
 def test_longest_trajectories_go_to_the_first_workers_and_assignment_is_consistent() -> None:
     rng = np.random.default_rng(3)
     lengths = rng.lognormal(7, 1, 200)
