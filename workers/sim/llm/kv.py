@@ -34,13 +34,22 @@ class KVPool:
     def free_tokens(self, active: float) -> float:
         return self.capacity - active - (0 if self.pin_running else self.cache_total)
 
-    def acquire(self, key: str, active: float, needed: float) -> bool:
-        """Make room for ``needed`` more active tokens (evicting other entries); ``False`` if even
-        an empty cache would not hold them."""
+    def can_hold(self, key: str, active: float, needed: float) -> bool:
+        """Whether ``needed`` more active tokens fit once every other entry is evicted (SGLang
+        counts the radix cache's evictable tokens as available when it admits)."""
         if self.pin_running:
             return True
-        self._evict(self.capacity - active - needed, keep=key)
-        return self.free_tokens(active) >= needed
+        return self.capacity - active - self._cache.get(key, 0) >= needed
+
+    def acquire(self, key: str, active: float, needed: float) -> bool:
+        """Make room for ``needed`` more active tokens, evicting other entries least recently used
+        first; ``False``, evicting nothing, if even an empty cache would not hold them (SGLang
+        evicts only to allocate for a request it admits, never for one it turns away)."""
+        if not self.can_hold(key, active, needed):
+            return False
+        if not self.pin_running:
+            self._evict(self.capacity - active - needed, keep=key)
+        return True
 
     def admit(self, key: str | None) -> int:
         """The request keyed ``key`` starts running: returns its resident prefix tokens."""

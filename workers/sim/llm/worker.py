@@ -13,12 +13,16 @@ comes from a :mod:`workers.sim.llm.cost` model:
   FLOPs added to the steps it shares with the decoding batch, the request decodes once its prefill
   is done), or — legacy — a stall of the whole batch.
 - **KV memory** (context model): admission needs room for the request's context plus
-  ``admission_reserve_tokens`` (evicting cached prefixes, least recently used first); when the
-  running batch's KV fills the pool the lowest-priority running request is retracted (its KV
-  drops to the evictable cache, as SGLang's retract does) and re-queued.
+  ``admission_reserve_tokens`` per running request, cached prefixes counting as room; only an
+  admitted request evicts them (least recently used first), one turned away evicts nothing
+  (SGLang's admission). When the running batch's KV fills the pool the lowest-priority running
+  request is retracted (its KV drops to the evictable cache, as SGLang's retract does) and
+  re-queued.
 - **Priorities**: pending requests are ordered by ``priority`` (higher first, FIFO among equals);
   with ``preemptive=True`` a pending request that outranks the lowest-priority running request
-  preempts it (heddle Alg. 1), its prefix cache persisting (§4.2).
+  preempts it (heddle Alg. 1), its prefix cache persisting (§4.2). Short of a slot, one victim;
+  short of KV, the outranked running requests, lowest first, that together make room, or none
+  (SGLang's ``preempt_to_schedule``).
 - **Reprioritize** re-keys a pending or running request (a refreshed prediction), with the same
   preemption test.
 - **Abort** removes a pending or running request and reports the tokens generated so far.
@@ -315,13 +319,17 @@ class LLMWorker:
     def _context_of(self, state: _State) -> float:
         return state.request.context_tokens + state.generated
 
+    def _needed(self, state: _State, running: int) -> float:
+        """KV tokens ``state`` needs beyond its cached prefix to join ``running`` requests."""
+        key = state.request.cache_key
+        cached = self.kv.cached(key) if key is not None else 0
+        return self._context_of(state) - cached + self._reserve * (running + 1)
+
     def _fits(self, state: _State) -> bool:
         if self._legacy or state.has_kv:
             return True
-        key = state.request.cache_key
-        cached = self.kv.cached(key) if key is not None else 0
-        needed = self._context_of(state) - cached + self._reserve * (len(self._active) + 1)
-        fits = self.kv.acquire(key or "", self.active_kv_tokens, needed)
+        key = state.request.cache_key or ""
+        fits = self.kv.acquire(key, self.active_kv_tokens, self._needed(state, len(self._active)))
         return fits or not self._active  # alone on the worker, a request always runs
 
     def _fill(self) -> None:
@@ -335,14 +343,55 @@ class LLMWorker:
                 continue
             if not self.preemptive or not self._active:
                 return
-            victim = self._victim()
+            victims = self._victims_for(state, priority, room)
+            if not victims:
+                return
+            for victim in victims:
+                self._preempt(victim)
+
+    def _victims_for(self, state: _State, priority: float, room: bool) -> list[_State]:
+        """The running requests whose preemption admits ``state`` (heddle Alg. 1), lowest
+        priority first, each strictly outranked by it; none unless together they make room.
+
+        Without a free slot one victim vacates it (§4.2: the high-priority request "is
+        immediately promoted to the newly vacated slot"). Short of KV, as SGLang's
+        ``preempt_to_schedule`` does, victims are taken until the KV they hold would admit the
+        request, and nobody is preempted when every outranked victim together would not: a
+        partial preemption would only throw away the victims' progress and slots."""
+        order = sorted(
+            (self._states[str(i)] for i in self._active),
+            key=lambda s: (s.request.priority, -s.admitted),
+        )
+        if not should_preempt(
+            top_pending_priority=priority,
+            lowest_running_priority=order[0].request.priority,
+            batch_full=True,
+        ):
+            return []
+        if self._legacy or state.has_kv:
+            return order[:1]  # only a slot is short
+        key = state.request.cache_key or ""
+        active = self.active_kv_tokens
+        victims: list[_State] = []
+        for victim in order:
             if not should_preempt(
                 top_pending_priority=priority,
                 lowest_running_priority=victim.request.priority,
                 batch_full=True,
             ):
-                return
-            self._preempt(victim)
+                return []
+            victims.append(victim)
+            active -= self._active_kv_of(victim)
+            running = len(self._active) - len(victims)
+            if running == 0 or self.kv.can_hold(key, active, self._needed(state, running)):
+                return victims
+        return []
+
+    def _active_kv_of(self, state: _State) -> float:
+        """The KV a running request holds in the pool now (what preempting it frees)."""
+        if state.phase == "decode":
+            return state.allocated + self._virtual - state.started_virtual
+        return state.allocated
 
     def _victim(self) -> _State:
         """The running request to preempt: lowest priority, the latest admitted among equals

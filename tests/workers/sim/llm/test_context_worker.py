@@ -109,3 +109,53 @@ def test_admission_waits_for_kv_room() -> None:
     a, b = sorted(results, key=lambda r: r.request_id)
     assert b.first_scheduled_at == pytest.approx(a.finished_at)
     assert a.preemptions == b.preemptions == 0
+
+
+def test_a_request_turned_away_for_kv_evicts_no_cached_prefix() -> None:
+    """SGLang counts evictable prefixes as room when it admits, and evicts only for a request it
+    admits: one that does not fit even over an empty cache leaves the cache alone."""
+    loop = EventLoop()
+    worker = make_worker(loop)
+    capacity = int(worker.kv.capacity)
+    worker.submit(GenerationRequest("running", 100_000, context_tokens=capacity * 6 // 10))
+    for i in range(5):  # prefixes of trajectories away in a tool call
+        assert worker.insert_cache(f"tool{i}", capacity // 20)
+    worker.submit(GenerationRequest("too_big", 10, context_tokens=capacity // 2, cache_key="x"))
+    assert worker.pending_count == 1 and worker.running_count == 1
+    assert [worker.cached_tokens(f"tool{i}") for i in range(5)] == [capacity // 20] * 5
+
+
+def _running(worker: LLMWorker, request_id: str) -> bool:
+    return request_id in worker._active  # the running set
+
+
+def test_a_kv_short_preemption_is_all_or_nothing() -> None:
+    """heddle Alg. 1 on a KV-bound worker (SGLang's preempt_to_schedule): outranked running
+    requests are preempted, lowest first, only when together they free room for the pending one."""
+    loop = EventLoop()
+    worker = make_worker(loop, preemptive=True)
+    capacity = int(worker.kv.capacity)
+    worker.submit(GenerationRequest("low", 100_000, context_tokens=capacity // 10, priority=1))
+    worker.submit(GenerationRequest("high", 100_000, context_tokens=capacity // 2, priority=9))
+    # needs more than "low" frees; "high" outranks it: nobody is preempted
+    worker.submit(GenerationRequest("mid", 10, context_tokens=capacity * 6 // 10, priority=5))
+    assert worker.stats.preemptions == 0
+    assert _running(worker, "low") and _running(worker, "high") and not _running(worker, "mid")
+    # fits once "low" leaves: exactly that one victim
+    worker.submit(GenerationRequest("top", 10, context_tokens=capacity * 45 // 100, priority=7))
+    assert worker.stats.preemptions == 1
+    assert _running(worker, "top") and _running(worker, "high") and not _running(worker, "low")
+
+
+def test_a_kv_short_preemption_takes_as_many_victims_as_the_room_needs() -> None:
+    loop = EventLoop()
+    worker = make_worker(loop, preemptive=True)
+    capacity = int(worker.kv.capacity)
+    for i in range(3):
+        worker.submit(
+            GenerationRequest(f"low{i}", 100_000, context_tokens=capacity * 3 // 10, priority=i)
+        )
+    worker.submit(GenerationRequest("urgent", 10, context_tokens=capacity // 2, priority=9))
+    assert worker.stats.preemptions == 2  # the two lowest; one alone would not make room
+    assert _running(worker, "urgent") and _running(worker, "low2")
+    assert not _running(worker, "low0") and not _running(worker, "low1")
