@@ -15,10 +15,12 @@ Heddle's planners (DP, annealer) charge each member's own growing context under 
 engine (``heddle``); the earlier planner, whose interference curve was profiled at the mean
 context, is reported beside it (``heddle_mean_context_planner``), and so is Heddle with perfect
 length predictions (``heddle_oracle``, not in the target), which separates the predictor's error
-from the algorithms. Every system's ``breakdown`` splits its critical trajectory (the last to
-finish) into heddle formula 1's parts; ``why`` compares Heddle's with the best baseline's, and
-``engine_mp_profile`` shows the engine's per-token time and per-GPU throughput by MP degree (the
-latency/throughput trade-off §6 exploits, Fig. 7).
+from the algorithms. ``heddle_pps_remaining`` (not in the target) is Heddle with PPS keyed by
+the predicted remaining length instead of the predicted total (the two readings of heddle §4.2,
+``workers.algorithms.heddle.priority``). Every system's ``breakdown`` splits its critical
+trajectory (the last to finish) into heddle formula 1's parts; ``why`` compares Heddle's with
+the best baseline's, and ``engine_mp_profile`` shows the engine's per-token time and per-GPU
+throughput by MP degree (the latency/throughput trade-off §6 exploits, Fig. 7).
 
 ``paper_batch`` (full runs, not a target) repeats the comparison under §7.1's batch: 100
 trajectories per rollout worker whatever its MP, a global batch of 100 per GPU, context engine.
@@ -36,6 +38,7 @@ import matplotlib.pyplot as plt
 
 from bench.report import BenchReport, Target, plot_path
 from workers.algorithms.heddle.latency_model import MP_DEGREES
+from workers.algorithms.heddle.priority import PriorityPolicy
 from workers.sim.llm.baselines import BASELINES, OraclePredictor, heddle
 from workers.sim.llm.experiments import (
     best_mp,
@@ -55,7 +58,13 @@ FULL_PROMPTS = 64
 FULL_GPUS = 16
 FULL_PROFILES = ("coding", "search", "math")
 LARGER_CLUSTER_GPUS = 64
-HEDDLES = ("heddle", "heddle_mean_context_planner", "heddle_amdahl_planner", "heddle_oracle")
+HEDDLES = (
+    "heddle",
+    "heddle_mean_context_planner",
+    "heddle_amdahl_planner",
+    "heddle_oracle",
+    "heddle_pps_remaining",
+)
 PAPER_BATCH_PER_WORKER = 100  # heddle §7.1
 
 
@@ -102,6 +111,7 @@ def run_scenario(profile: str, prompts: int, scenario: Scenario) -> dict:
             heddle(
                 name="heddle_amdahl_planner", per_degree_profile=False, context_aware_planner=False
             ),
+            heddle(name="heddle_pps_remaining", priority=PriorityPolicy.PPS_REMAINING),
         ],
         scenario,
     )

@@ -6,6 +6,12 @@ SGLang ``priority`` convention) — plus whether a pending request may preempt a
 - ``PPS``: predicted total trajectory length, longest first (LPT, Graham 1969), preemptive. The
   priority is refreshed after every step from the progressive predictor, so a trajectory that
   turns out long climbs the queue.
+- ``PPS_REMAINING``: PPS keyed by the predicted *remaining* length, what the progressive
+  predictor is trained to output (heddle §4.1: (context, remaining_length) tuples) and the work
+  left that LPT's makespan argument is about. §4.2 says only that PPS maps "the progressive
+  trajectory prediction" to priorities, so both readings are kept. Under the total key a
+  trajectory that gets no slot keeps its rank for good; under this one it climbs as the others
+  finish steps.
 - ``FCFS``: trajectory-level first come first served: the trajectory's first arrival time, so a
   trajectory returning from a tool call keeps its place.
 - ``ROUND_ROBIN``: step-centric (verl/slime today): every returning step is a new request at the
@@ -27,6 +33,7 @@ from dataclasses import dataclass
 
 class PriorityPolicy(enum.StrEnum):
     PPS = "pps"
+    PPS_REMAINING = "pps_remaining"
     FCFS = "fcfs"
     ROUND_ROBIN = "round_robin"
     SHORTEST_FIRST = "shortest_first"
@@ -34,12 +41,16 @@ class PriorityPolicy(enum.StrEnum):
     @property
     def preemptive(self) -> bool:
         """Only PPS preempts (heddle §4.2 "Preemptive Execution")."""
-        return self is PriorityPolicy.PPS
+        return self in (PriorityPolicy.PPS, PriorityPolicy.PPS_REMAINING)
 
     @property
     def uses_prediction(self) -> bool:
         """The priority follows the predicted length, so a refreshed prediction re-keys it."""
-        return self in (PriorityPolicy.PPS, PriorityPolicy.SHORTEST_FIRST)
+        return self in (
+            PriorityPolicy.PPS,
+            PriorityPolicy.PPS_REMAINING,
+            PriorityPolicy.SHORTEST_FIRST,
+        )
 
 
 def request_priority(
@@ -48,10 +59,14 @@ def request_priority(
     predicted_total_tokens: float,
     trajectory_arrival: float,
     step_submitted_at: float,
+    tokens_so_far: float = 0.0,
 ) -> float:
-    """The priority of one step's generation request under ``policy`` (higher runs first)."""
+    """The priority of one step's generation request under ``policy`` (higher runs first);
+    ``tokens_so_far``: the trajectory's tokens generated before this step."""
     if policy is PriorityPolicy.PPS:
         return float(predicted_total_tokens)
+    if policy is PriorityPolicy.PPS_REMAINING:
+        return float(predicted_total_tokens) - float(tokens_so_far)
     if policy is PriorityPolicy.SHORTEST_FIRST:
         return -float(predicted_total_tokens)
     if policy is PriorityPolicy.FCFS:

@@ -70,11 +70,12 @@ def heddle(
     name: str = "heddle",
     per_degree_profile: bool = True,
     context_aware_planner: bool = True,
+    priority: PriorityPolicy = PriorityPolicy.PPS,
 ) -> SystemConfig:
-    """All of Heddle; ``mp_degree`` set gives the Fix-m ablations."""
+    """All of Heddle; ``mp_degree`` set gives the Fix-m ablations; ``priority`` the PPS key."""
     return SystemConfig(
         name,
-        PriorityPolicy.PPS,
+        priority,
         PlacementPolicy.HEDDLE_DP,
         mp_degree=mp_degree,
         migration=True,

@@ -325,6 +325,7 @@ class RolloutSimulation:
             predicted_total_tokens=t.predicted_total,
             trajectory_arrival=float(t.index),  # all arrive at t=0; index breaks the tie
             step_submitted_at=self.loop.now,
+            tokens_so_far=t.tokens_so_far,
         )
         self.workers[worker_id].submit(
             GenerationRequest(
@@ -432,6 +433,7 @@ class RolloutSimulation:
             predicted_total_tokens=t.predicted_total,
             trajectory_arrival=float(t.index),
             step_submitted_at=self.loop.now,  # unused by the prediction-driven policies
+            tokens_so_far=t.tokens_so_far,
         )
         self.workers[t.worker].reprioritize(f"{t.record.trajectory_id}#{t.next_step}", priority)
 

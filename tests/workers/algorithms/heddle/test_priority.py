@@ -58,6 +58,26 @@ def test_policies_order_requests() -> None:
     assert PriorityPolicy.PPS.preemptive and not PriorityPolicy.ROUND_ROBIN.preemptive
 
 
+def test_pps_remaining_keys_by_the_predicted_tokens_left() -> None:
+    def prio(policy: PriorityPolicy, predicted: float, so_far: float) -> float:
+        return request_priority(
+            policy,
+            predicted_total_tokens=predicted,
+            trajectory_arrival=0.0,
+            step_submitted_at=0.0,
+            tokens_so_far=so_far,
+        )
+
+    nearly_done, fresh = (9000.0, 8500.0), (2000.0, 0.0)
+    assert prio(PriorityPolicy.PPS, *nearly_done) > prio(PriorityPolicy.PPS, *fresh)
+    assert prio(PriorityPolicy.PPS_REMAINING, *fresh) > prio(
+        PriorityPolicy.PPS_REMAINING, *nearly_done
+    )
+    assert prio(PriorityPolicy.PPS_REMAINING, *fresh) == 2000.0
+    assert PriorityPolicy.PPS_REMAINING.preemptive
+    assert PriorityPolicy.PPS_REMAINING.uses_prediction
+
+
 def test_preemption_only_when_full_and_strictly_outranked() -> None:
     assert should_preempt(top_pending_priority=5, lowest_running_priority=4, batch_full=True)
     assert not should_preempt(top_pending_priority=4, lowest_running_priority=4, batch_full=True)

@@ -130,6 +130,24 @@ def test_pps_front_loads_the_longest_trajectory() -> None:
         assert queueing[PriorityPolicy.PPS] < 0.2 * queueing[PriorityPolicy.ROUND_ROBIN]
 
 
+def test_pps_remaining_lets_a_fresh_trajectory_keep_its_slot_from_one_nearly_done() -> None:
+    """One slot. L (2 100 tokens) runs first under both keys; while it is in its tool call M
+    (1 000 tokens, none done) takes the slot. L returns with 100 tokens left: by predicted total
+    it outranks M and preempts it, by predicted remaining it waits for M."""
+    records = [
+        TrajectoryRecord("L", "p", "g", 10, (StepRecord(2000, 0.5), StepRecord(100))),
+        TrajectoryRecord("M", "p", "g", 10, (StepRecord(1000),)),
+    ]
+    scenario = Scenario(gpu_budget=1, max_batch_per_gpu=1, max_trajectories_per_gpu=4)
+    preempted = {}
+    for policy in (PriorityPolicy.PPS, PriorityPolicy.PPS_REMAINING):
+        system = SystemConfig(policy.value, policy, PlacementPolicy.STATIC_AFFINITY, mp_degree=1)
+        result = run_rollout(records, system, scenario, OraclePredictor(records))
+        assert result.outcomes["L"].timeline[0].queueing_seconds == 0.0
+        preempted[policy] = result.outcomes["M"].timeline[0].preemptions
+    assert preempted == {PriorityPolicy.PPS: 1, PriorityPolicy.PPS_REMAINING: 0}
+
+
 class _StepwisePredictor:
     """Remaining tokens by trajectory and steps done (a scripted progressive predictor)."""
 
