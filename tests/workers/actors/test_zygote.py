@@ -176,6 +176,7 @@ def test_keep_warm_time_must_not_be_negative(tmp_path):
         _pool(tmp_path, "tcp://127.0.0.1:1", keep_warm_s=-1.0)
 
 
+@pytest.mark.processes  # forks a child
 def test_an_actor_never_raises_its_priority_above_its_zygotes():
     """``lower_priority`` only lowers: at niceness 18 a request for 15 leaves it at 18 (in a
     forked child: a process cannot take its own priority back)."""
