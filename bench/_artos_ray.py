@@ -13,7 +13,9 @@ with the newest weights (Ray's asynchronous parameter-server example).
 
 The actor program, the learner, the replay buffer's sampler and every hyper-parameter are the
 ones the Loom run uses. The learner holds its device for the whole job, as a learner actor or
-driver holding ``num_gpus`` does.
+driver holding ``num_gpus`` does. The actors' worker processes run at the raylet's default
+``worker_niceness`` (15), below the driver: alternating DQN runs with ``RAY_worker_niceness=0``
+held the learner no shorter (the actors then take the learner's cores while it updates).
 """
 
 from __future__ import annotations
