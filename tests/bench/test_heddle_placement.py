@@ -21,3 +21,18 @@ def test_placement_core_shape_and_sanity() -> None:
             for n in heddle_placement.BASELINES
         )
         assert results[f"{heddle_placement.OURS}_over_best_baseline"] > 0
+
+
+def test_placement_reports_the_remaining_key_beside_the_target() -> None:
+    series = heddle_placement.run_core(prompts=2, gpus=2, profiles=["math"], engines=["context"])
+    results = series["context"]["math"]
+    suffix = heddle_placement.REMAINING
+    best = results[f"best_baseline{suffix}"]
+    assert best in {f"{n}{suffix}" for n in heddle_placement.BASELINES}
+    ours = results[f"{heddle_placement.OURS}{suffix}"]["throughput_tokens_per_s"]
+    assert results[f"{heddle_placement.OURS}{suffix}_over_best_baseline{suffix}"] == (
+        ours / results[best]["throughput_tokens_per_s"]
+    )
+    assert {s.priority for s in heddle_placement.remaining_key_systems()} == {
+        heddle_placement.PriorityPolicy.PPS_REMAINING
+    }
