@@ -64,7 +64,9 @@ def allocate_redundancy(
     weights = min_max_normalise(stds)
     steps = upper - lower
     current = lower + np.arange(steps, dtype=float)  # M'_i before each extra sample
-    gains = (weights[:, None] / (current * (current + 1.0))[None, :]).ravel()
+    # Δ in Alg. 1's own arithmetic, w·(1/M' − 1/(M'+1)): gains equal in exact arithmetic then
+    # round alike here and in the loop, so a near-tie is broken as the loop breaks it.
+    gains = (weights[:, None] * (1.0 / current - 1.0 / (current + 1.0))[None, :]).ravel()
     # Row-major flattening orders entries by (prompt, step), which is Alg. 1's tie-break among
     # equal gains. The ``extra`` largest in that order: every gain above the ``extra``-th largest,
     # then the first entries equal to it (a selection, not a sort of the whole table).
