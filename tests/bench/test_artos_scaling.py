@@ -49,6 +49,7 @@ def test_quick_run_scales_both_systems_and_leaves_no_process():
     missing = ray_missing()
     if missing:
         pytest.skip(missing)
+    before = set(tree_pids())  # an earlier test's helpers (multiprocessing's resource tracker)
     report = artos_scaling.run(quick=True)
     runs = report.series["runs"]
     schedule = list(artos_scaling.workload(quick=True).actor_schedule)
@@ -60,4 +61,4 @@ def test_quick_run_scales_both_systems_and_leaves_no_process():
     assert runs["loom"][0]["zygote_starts"] == 1
     assert runs["ray"][0]["actors_created"] == max(schedule)
     assert runs["ray"][0]["actors_killed"] == max(schedule) - schedule[-1]
-    assert tree_pids() == []
+    assert set(tree_pids()) <= before

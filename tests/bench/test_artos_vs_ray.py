@@ -20,6 +20,7 @@ def test_quick_run_compares_both_systems(bench: ModuleType, tmp_path):
         print(f"skipped: {missing}")
         pytest.skip(missing)
     workload = bench.workload(quick=True)
+    before = set(tree_pids())  # an earlier test's helpers (multiprocessing's resource tracker)
     report = _artos_compare.compare(
         bench.NAME, True, workload, repetitions=1, timeout_s=280, plot_dir=tmp_path
     )
@@ -40,4 +41,4 @@ def test_quick_run_compares_both_systems(bench: ModuleType, tmp_path):
         "returns_match_env_steps_to_target_ratio_within_2_3_to_3_2",
     }
     assert (tmp_path / f"{bench.NAME}_quick.png").exists()
-    assert tree_pids() == []  # every run's processes (Ray's daemons too) are gone
+    assert set(tree_pids()) <= before  # every run's processes (Ray's daemons too) are gone
