@@ -135,6 +135,10 @@ def compare(
         summary[f"{system}_median_learner_held_s"] = _median(
             [_held_to_target(r) for r in runs[system]]
         )
+        for key in ("on_cpu_s", "runnable_waiting_s", "blocked_s"):
+            summary[f"{system}_median_learner_thread_{key}"] = _median(
+                [(r.get("learner_thread_to_target") or {}).get(key) for r in runs[system]]
+            )
         summary[f"{system}_median_platform_start_cpu_s"] = _median(
             [r["platform_start_cpu_s"] for r in runs[system]]
         )

@@ -84,6 +84,17 @@ class IterationClock:
         )
 
 
+def thread_times() -> tuple[float, float]:
+    """This thread's ``(CPU-seconds, seconds runnable but waiting for a core)`` so far, from
+    the kernel's ``schedstat`` (zeros where it has none)."""
+    try:
+        with open("/proc/thread-self/schedstat") as stat:
+            on_cpu, waiting, _ = stat.read().split()
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    return int(on_cpu) / 1e9, int(waiting) / 1e9
+
+
 @dataclass
 class Progress:
     """The learning curve and resource use of one run, recorded by its learner."""
@@ -95,6 +106,10 @@ class Progress:
     curve: list[dict[str, float]] = field(default_factory=list)
     env_steps: int = 0
     reached: dict[str, float] | None = None
+    # the learner's thread (the one recording progress), from the start to the target: on a
+    # core, runnable but waiting for one, and neither (waiting for data, a lock, the GIL)
+    learner_thread: dict[str, float] | None = None
+    _thread_at_start: tuple[float, float] = field(default_factory=thread_times)
     _last_point: float = 0.0
 
     def add_episodes(self, episode_return: npt.NDArray[Any]) -> None:
@@ -129,6 +144,13 @@ class Progress:
         self.curve.append(row)
         if crossed:
             self.reached = dict(row)
+            (cpu, waiting), (cpu_0, waiting_0) = thread_times(), self._thread_at_start
+            on_cpu, runnable = cpu - cpu_0, waiting - waiting_0
+            self.learner_thread = {
+                "on_cpu_s": on_cpu,
+                "runnable_waiting_s": runnable,
+                "blocked_s": row["t_s"] - on_cpu - runnable,
+            }
 
     @property
     def done(self) -> bool:
@@ -145,6 +167,7 @@ class Progress:
             "end_cpu_s": last.get("cpu_s"),
             "env_steps": self.env_steps,
             "episodes": len(self.returns),
+            "learner_thread_to_target": self.learner_thread,
             "cpu_by_process_at_end": tree_breakdown(),
             "curve": [
                 {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
