@@ -5,8 +5,9 @@ the router already uses."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+
+from workers.router.cancelling import cancel_and_wait
 
 log = logging.getLogger("loom.router")
 
@@ -33,10 +34,7 @@ class VersionPoller:
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def _loop(self) -> None:
         while True:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from workers.router.cancelling import cancel_all_and_wait
 from workers.router.upstream import Upstream, UpstreamLost, UpstreamResponse
 from workers.router.worker_metrics import EngineMetrics, engine_metrics
 
@@ -213,13 +214,7 @@ class WorkerPool:
         self._metrics_task = loop.create_task(self._metrics_loop())
 
     async def close(self) -> None:
-        for loop_task in (self._task, self._metrics_task):
-            # Cancelled until it is done: Python 3.11's wait_for can swallow a cancellation that
-            # lands as its inner request completes, and the loop would carry on.
-            while loop_task is not None and not loop_task.done():
-                loop_task.cancel()
-                await asyncio.wait({loop_task}, timeout=0.1)
-        for task in list(self._background):
-            task.cancel()
+        loops = [task for task in (self._task, self._metrics_task) if task is not None]
+        await cancel_all_and_wait([*loops, *self._background])
         for worker in self.workers:
             await worker.upstream.close()

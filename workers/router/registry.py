@@ -38,6 +38,8 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from workers.router.cancelling import cancel_and_wait
+
 log = logging.getLogger("loom.router")
 
 KEY_CACHE_TTL_S = 10.0
@@ -115,10 +117,7 @@ class Registry:
         self._listener = asyncio.get_running_loop().create_task(self._listen())
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
+        await cancel_and_wait(self._listener)
 
     async def _listen(self) -> None:
         while True:
@@ -257,8 +256,5 @@ class StatePublisher:
             log.warning("trajectory state not published (%d entries): %s", len(entries), exc)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         await self.flush()

@@ -37,6 +37,7 @@ from urllib.parse import unquote
 import httptools
 
 from workers.engine.asgi import MAX_BODY_BYTES, App, Message, Server
+from workers.router.cancelling import cancel_all_and_wait
 
 log = logging.getLogger("loom.router.server")
 
@@ -378,10 +379,7 @@ class LeanServer:
         self._server.close()
         for conn in list(self.connections):
             conn.transport.close()
-        for task in list(self.tasks):
-            task.cancel()
-        if self.tasks:
-            await asyncio.gather(*self.tasks, return_exceptions=True)
+        await cancel_all_and_wait(self.tasks)
         await self._server.wait_closed()
         self._server = None
         if self._stopped is not None:
