@@ -15,6 +15,8 @@ from typing import Any
 
 import uvicorn
 
+from workers.router.cancelling import cancel_all_and_wait
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -151,6 +153,9 @@ class Server:
         self._server.force_exit = True
         await self._task
         self._task = None
+        # A forced exit leaves the requests in progress running: they end here, so that nothing
+        # of this server outlives its stop (nor waits for the loop's close to be cancelled).
+        await cancel_all_and_wait(self._server.server_state.tasks)
 
     async def serve_forever(self) -> None:
         """The CLIs' main: SIGINT/SIGTERM end it gracefully."""

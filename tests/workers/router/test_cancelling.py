@@ -12,7 +12,7 @@ from collections.abc import Awaitable
 import pytest
 import redis.asyncio as aioredis
 
-from workers.engine.asgi import Receive, Scope, Send, bind
+from workers.engine.asgi import Receive, Scope, Send, Server, bind
 from workers.router.cancelling import cancel_all_and_wait, cancel_and_wait
 from workers.router.polling import VersionPoller
 from workers.router.registry import Registry, RegistryNames, StatePublisher
@@ -151,3 +151,31 @@ async def test_the_lean_server_stops_a_request_that_loses_its_cancellation() -> 
         assert ended == ["ended"] and not server.tasks
     finally:
         writer.close()
+
+
+async def test_a_uvicorn_server_ends_the_requests_its_forced_exit_leaves_running() -> None:
+    """uvicorn's forced exit does not wait for its requests: its stop cancels them until they
+    end (before, one that lost its cancellation outlived the stop, and the loop's close)."""
+    ended: list[str] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await loses_one_cancel(ended)
+
+    server = Server(app, bind())
+    await server.start()
+    _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    running: list[asyncio.Task[None]] = []
+    try:
+        writer.write(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        tasks = server._server.server_state.tasks
+        for _ in range(1000):
+            if tasks:
+                break
+            await asyncio.sleep(0.005)
+        running += tasks
+        assert running
+        await ends(server.stop(), "the uvicorn server's stop")
+        assert ended == ["ended"] and all(task.done() for task in running)
+    finally:
+        writer.close()
+        await cancel_all_and_wait(running)  # a failed test's leftovers, so that the loop closes
