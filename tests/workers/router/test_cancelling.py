@@ -7,12 +7,12 @@ import asyncio
 import contextlib
 import sys
 import uuid
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 import redis.asyncio as aioredis
 
-from workers.engine.asgi import Receive, Scope, Send, Server, bind
+from workers.engine.asgi import App, Receive, Scope, Send, Server, bind
 from workers.router.cancelling import cancel_all_and_wait, cancel_and_wait
 from workers.router.polling import VersionPoller
 from workers.router.registry import Registry, RegistryNames, StatePublisher
@@ -131,51 +131,50 @@ async def test_redis_pollers_and_publishers_stop_wherever_the_stop_lands(redis_u
         await client.aclose()
 
 
-async def test_the_lean_server_stops_a_request_that_loses_its_cancellation() -> None:
-    ended: list[str] = []
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        await loses_one_cancel(ended)
-
-    server = LeanServer(app, bind())
-    await server.start()
-    _, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    try:
-        writer.write(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
-        for _ in range(1000):
-            if server.tasks:
-                break
-            await asyncio.sleep(0.005)
-        assert server.tasks
-        await ends(server.stop(), "the lean server's stop")
-        assert ended == ["ended"] and not server.tasks
-    finally:
-        writer.close()
-
-
-async def test_a_uvicorn_server_ends_the_requests_its_forced_exit_leaves_running() -> None:
-    """uvicorn's forced exit does not wait for its requests: its stop cancels them until they
-    end (before, one that lost its cancellation outlived the stop, and the loop's close)."""
-    ended: list[str] = []
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        await loses_one_cancel(ended)
-
-    server = Server(app, bind())
+@contextlib.asynccontextmanager
+async def request_in_progress(
+    server: LeanServer | Server, tasks: set[asyncio.Task[None]]
+) -> AsyncIterator[list[asyncio.Task[None]]]:
+    """Starts ``server`` and sends it one request; yields the request's task (found in
+    ``tasks``) once it runs, and ends it after a failed test, so that the loop can close."""
     await server.start()
     _, writer = await asyncio.open_connection("127.0.0.1", server.port)
     running: list[asyncio.Task[None]] = []
     try:
         writer.write(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
-        tasks = server._server.server_state.tasks
         for _ in range(1000):
             if tasks:
                 break
             await asyncio.sleep(0.005)
         running += tasks
         assert running
-        await ends(server.stop(), "the uvicorn server's stop")
-        assert ended == ["ended"] and all(task.done() for task in running)
+        yield running
     finally:
         writer.close()
-        await cancel_all_and_wait(running)  # a failed test's leftovers, so that the loop closes
+        await cancel_all_and_wait(running)
+
+
+def app_losing_one_cancel(ended: list[str]) -> App:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await loses_one_cancel(ended)
+
+    return app
+
+
+async def test_the_lean_server_stops_a_request_that_loses_its_cancellation() -> None:
+    ended: list[str] = []
+    server = LeanServer(app_losing_one_cancel(ended), bind())
+    async with request_in_progress(server, server.tasks) as running:
+        await ends(server.stop(), "the lean server's stop")
+        assert ended == ["ended"] and all(task.done() for task in running)
+
+
+async def test_a_uvicorn_server_ends_the_requests_its_forced_exit_leaves_running() -> None:
+    """uvicorn's forced exit does not wait for its requests: its stop cancels them until they
+    end (before, one that lost its cancellation outlived the stop, and the loop's close)."""
+    ended: list[str] = []
+    server = Server(app_losing_one_cancel(ended), bind())
+    tasks = server._server.server_state.tasks
+    async with request_in_progress(server, tasks) as running:
+        await ends(server.stop(), "the uvicorn server's stop")
+        assert ended == ["ended"] and all(task.done() for task in running)
