@@ -56,11 +56,13 @@ def test_a_batch_costs_far_less_than_its_calls_one_by_one() -> None:
     contexts = [table.context(state) for state in opened]
     predictor = table.predictor
     predictor.predict_many(contexts[:1])  # warm
-    started = time.perf_counter()
-    for context in contexts:
-        predictor.predict(context)
-    one_by_one = time.perf_counter() - started
-    started = time.perf_counter()
-    predictor.predict_many(contexts)
-    batched = time.perf_counter() - started
+    one_by_one = batched = float("inf")
+    for _ in range(5):  # the best of several: a preemption on a loaded host slows only one
+        started = time.perf_counter()
+        for context in contexts:
+            predictor.predict(context)
+        one_by_one = min(one_by_one, time.perf_counter() - started)
+        started = time.perf_counter()
+        predictor.predict_many(contexts)
+        batched = min(batched, time.perf_counter() - started)
     assert batched < one_by_one / 4, (batched, one_by_one)
