@@ -11,7 +11,6 @@ model (``workers.engine.tiny_model``), written under ``var/models`` on first use
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +22,7 @@ from apps.jobs.authentication import hash_key
 from apps.jobs.router_keys import router_keys_served
 from apps.trajectories.router_registry import router_trajectories_served
 from apps.trajectories.router_state import router_states_apply
+from workers.cancelling import cancel_all_and_wait
 from workers.engine.app import EngineApp
 from workers.engine.asgi import Server, bind
 from workers.engine.llamacpp import LlamaCppConfig, LlamaCppEngine
@@ -114,9 +114,7 @@ class EmbeddedLlm:
 
     async def stop(self) -> None:
         if self._flusher is not None:
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
+            await cancel_all_and_wait((self._flusher,))
             await self._flush()
         for server in reversed(self._servers):
             await server.stop()

@@ -11,7 +11,6 @@ decides which.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -34,6 +33,7 @@ from workers.agents.gpu.cache import ServiceCache
 from workers.agents.gpu.checkpoints import create_checkpoint
 from workers.agents.gpu.devices import cuda_present, discover_devices
 from workers.agents.gpu.torch_backend import TorchService
+from workers.cancelling import cancel_all_and_wait
 from workers.scheduler import SchedulerService, ServiceConfig
 from workers.transport import InProcessTransport, Message, StreamNames, Transport
 
@@ -157,10 +157,7 @@ class EmbeddedRuntime:
         self._stop.set()
         for agent in self.agents:
             await agent.stop()
-        for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_all_and_wait(self._tasks)
         in_process_route_clear(self._route_pool_event)
 
     def _route_pool_event(self, pool: str, message: Message) -> None:

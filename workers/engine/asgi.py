@@ -15,7 +15,7 @@ from typing import Any
 
 import uvicorn
 
-from workers.router.cancelling import cancel_all_and_wait
+from workers.cancelling import cancel_all_and_wait
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from workers.router.cancelling import cancel_and_wait
+from workers.cancelling import cancel_and_wait
 
 log = logging.getLogger("loom.router")
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from workers.router.cancelling import cancel_all_and_wait
+from workers.cancelling import cancel_all_and_wait
 from workers.router.upstream import Upstream, UpstreamLost, UpstreamResponse
 from workers.router.worker_metrics import EngineMetrics, engine_metrics
 

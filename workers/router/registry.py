@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from workers.router.cancelling import cancel_and_wait
+from workers.cancelling import cancel_and_wait
 
 log = logging.getLogger("loom.router")
 

@@ -36,8 +36,8 @@ from urllib.parse import unquote
 
 import httptools
 
+from workers.cancelling import cancel_all_and_wait
 from workers.engine.asgi import MAX_BODY_BYTES, App, Message, Server
-from workers.router.cancelling import cancel_all_and_wait
 
 log = logging.getLogger("loom.router.server")
 

@@ -16,13 +16,13 @@ apply is refused and reported, never a crash), ``recovery`` (the state rebuilt f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from workers.algorithms.tangram import ElasticScheduler
+from workers.cancelling import cancel_all_and_wait
 from workers.scheduler.config import ServiceConfig
 from workers.scheduler.dispatcher import Dispatcher
 from workers.scheduler.gc_tuning import freeze_after_start_up
@@ -148,9 +148,7 @@ class SchedulerService:
                     self._broken = True
                     backoff = min(backoff * 2, 5.0)
         finally:
-            housekeeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await housekeeping
+            await cancel_all_and_wait((housekeeping,))
             self._store_calls.close()
 
     async def _recover(self) -> None:

@@ -95,7 +95,7 @@ async def start_stack(
 async def stop_stack(stack: Stack) -> None:
     """Stop everything; a teardown that has not ended after ``TEARDOWN_S`` fails naming every
     task still pending and the chain of awaits it is stuck in (how the stall of a task that lost
-    its cancellation was found: ``workers.router.cancelling``)."""
+    its cancellation was found: ``workers.cancelling``)."""
     teardown = asyncio.ensure_future(_stop_stack(stack))
     done, _ = await asyncio.wait({teardown}, timeout=TEARDOWN_S)
     if not done:

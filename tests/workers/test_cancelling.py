@@ -1,5 +1,5 @@
 """Background tasks that lose a cancellation still stop: the pollers, the registry's
-subscription, the state publisher, the lean server's requests (``workers.router.cancelling``)."""
+subscription, the state publisher, the lean server's requests (``workers.cancelling``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Awaitable
 import pytest
 import redis.asyncio as aioredis
 
+from workers.cancelling import cancel_all_and_wait, cancel_and_wait
 from workers.engine.asgi import App, Receive, Scope, Send, Server, bind
-from workers.router.cancelling import cancel_all_and_wait, cancel_and_wait
 from workers.router.polling import VersionPoller
 from workers.router.registry import Registry, RegistryNames, StatePublisher
 from workers.router.server import LeanServer

@@ -1,4 +1,4 @@
-"""Stopping the router's background tasks: cancel until they have ended, not once.
+"""Stopping background asyncio tasks: cancel until they have ended, not once.
 
 A task cancelled once may carry on. Python 3.11's ``asyncio.wait_for`` returns its inner
 awaitable's result when a cancellation lands in the same loop turn as that awaitable completes,
@@ -6,6 +6,8 @@ and the cancellation is lost. redis-py wraps the send of every command in ``wait
 default socket timeout), so any task cancelled while it sends a Redis command (a poll, the
 state publisher's flush, the auth-changed subscription, a request looking up its key) can
 swallow the cancel and loop on, and whoever awaits it after one ``cancel()`` waits forever.
+Every stop that cancels a task and then awaits it without a bound goes through here (the
+router's pollers and servers, the scheduler service's housekeeping, the embedded runtime).
 """
 
 from __future__ import annotations
