@@ -312,7 +312,7 @@ class LLMWorker:
         """Retract running requests, lowest priority first, while the batch's KV overflows."""
         while len(self._active) > 1 and self.active_kv_tokens >= self.kv.capacity - _EPS:
             self.stats.kv_preemptions += 1
-            self._preempt(self._victim())
+            self._preempt(self._preemption_order()[0])
         self.kv.trim(self.active_kv_tokens)
 
     # ---------------------------------------------------------------- admission
@@ -343,13 +343,13 @@ class LLMWorker:
                 continue
             if not self.preemptive or not self._active:
                 return
-            victims = self._victims_for(state, priority, room)
+            victims = self._victims_for(state, priority)
             if not victims:
                 return
             for victim in victims:
                 self._preempt(victim)
 
-    def _victims_for(self, state: _State, priority: float, room: bool) -> list[_State]:
+    def _victims_for(self, state: _State, priority: float) -> list[_State]:
         """The running requests whose preemption admits ``state`` (heddle Alg. 1), lowest
         priority first, each strictly outranked by it; none unless together they make room.
 
@@ -358,27 +358,14 @@ class LLMWorker:
         ``preempt_to_schedule`` does, victims are taken until the KV they hold would admit the
         request, and nobody is preempted when every outranked victim together would not: a
         partial preemption would only throw away the victims' progress and slots."""
-        order = sorted(
-            (self._states[str(i)] for i in self._active),
-            key=lambda s: (s.request.priority, -s.admitted),
-        )
-        if not should_preempt(
-            top_pending_priority=priority,
-            lowest_running_priority=order[0].request.priority,
-            batch_full=True,
-        ):
-            return []
-        if self._legacy or state.has_kv:
-            return order[:1]  # only a slot is short
+        order = self._preemption_order()
+        if self._legacy or state.has_kv:  # only a slot is short
+            return order[:1] if self._outranks(priority, order[0]) else []
         key = state.request.cache_key or ""
         active = self.active_kv_tokens
         victims: list[_State] = []
         for victim in order:
-            if not should_preempt(
-                top_pending_priority=priority,
-                lowest_running_priority=victim.request.priority,
-                batch_full=True,
-            ):
+            if not self._outranks(priority, victim):
                 return []
             victims.append(victim)
             active -= self._active_kv_of(victim)
@@ -387,20 +374,26 @@ class LLMWorker:
                 return victims
         return []
 
+    @staticmethod
+    def _outranks(priority: float, victim: _State) -> bool:
+        return should_preempt(
+            top_pending_priority=priority,
+            lowest_running_priority=victim.request.priority,
+            batch_full=True,
+        )
+
     def _active_kv_of(self, state: _State) -> float:
         """The KV a running request holds in the pool now (what preempting it frees)."""
         if state.phase == "decode":
             return state.allocated + self._virtual - state.started_virtual
         return state.allocated
 
-    def _victim(self) -> _State:
-        """The running request to preempt: lowest priority, the latest admitted among equals
-        (the one with the least progress to lose, as vLLM's and SGLang's retraction)."""
-        _, lowest = self._active.peek()
-        candidates = (self._states[str(i)] for i in self._active)
-        return max(
-            (s for s in candidates if s.request.priority == lowest), key=lambda s: s.admitted
-        )
+    def _preemption_order(self) -> list[_State]:
+        """The running requests in the order they are preempted: lowest priority first, the
+        latest admitted first among equals (the least progress to lose, as vLLM's and SGLang's
+        retraction)."""
+        running = (self._states[str(i)] for i in self._active)
+        return sorted(running, key=lambda s: (s.request.priority, -s.admitted))
 
     def _admit(self, state: _State) -> None:
         now = self.loop.now
