@@ -92,15 +92,20 @@ class WorkerCost:
         if self.model == "fluid":
             object.__setattr__(self, "_pieces", _increment_runs(self.alpha, self.batch_limit))
 
+    def limited_alpha(self) -> np.ndarray:
+        """``alpha`` with every group size past ``group_limit`` infeasible (∞)."""
+        alpha = self.alpha
+        if self.group_limit is not None and self.group_limit + 1 < len(alpha):
+            alpha = alpha.copy()
+            alpha[self.group_limit + 1 :] = np.inf
+        return alpha
+
     def cost_from(
         self, lengths: np.ndarray, prefix: np.ndarray, start: np.ndarray
     ) -> Callable[[np.ndarray], np.ndarray]:
         """``cost`` specialised for fixed group starts (the DP's inner loop calls it ~log N
         times per layer): the start-dependent parts are computed once."""
-        alpha = self.alpha
-        if self.group_limit is not None and self.group_limit + 1 < len(alpha):
-            alpha = alpha.copy()
-            alpha[self.group_limit + 1 :] = np.inf
+        alpha = self.limited_alpha()
         if self.model == "paper":
             lead_tau = np.append(lengths, 0.0)[start] * self.tau
             zero_lead = not lead_tau.all()
@@ -286,11 +291,7 @@ class _PaperLayers:
     Layers carry a sentinel ``after[n + 1] = ∞`` (the "no group before" value)."""
 
     def __init__(self, worker: WorkerCost, bounds: np.ndarray, lengths: np.ndarray) -> None:
-        alpha = worker.alpha
-        if worker.group_limit is not None and worker.group_limit + 1 < len(alpha):
-            alpha = alpha.copy()
-            alpha[worker.group_limit + 1 :] = np.inf
-        self.alpha = alpha
+        self.alpha = worker.limited_alpha()
         self.bounds = bounds
         self.lead_tau = np.append(lengths, 0.0)[bounds] * worker.tau
         # a zero-length lead makes an over-limit group's ∞·0 a NaN: read as infeasible (∞)
