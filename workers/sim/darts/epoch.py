@@ -12,6 +12,8 @@
 - ``darts_pool_moments``: ``darts`` with ``ρ_t``'s moments over the candidate pools as drawn,
   every sample weighing the same (the rule before ``darts`` weighed each prompt equally);
 - ``tail_batching@r``: Tail Batching at ``N' = r·N`` (:mod:`workers.sim.darts.tail_batching`);
+- ``tail_batching@rxs``: the same with RollPacker's response over-provisioning in short rounds
+  (``round(s·M)`` candidates per prompt, the first ``M`` finished kept);
 - ``darts_fixed@x``: DARTS with ``M_total = x·N·M`` every step (``config.fixed_budget_multiples``),
   the same allocation rule, pruning and early stop: how the pruned share and the step time follow
   the budget.
@@ -262,11 +264,35 @@ def run_epoch(
                     series.censoring.append(_censoring_check(result))
                 budgets[rollout_name].observe(result)
     if wanted is None or any(w.startswith("tail_batching") for w in wanted):
-        for ratio in config.tail_overprovision:
-            name = f"tail_batching@{ratio:g}"
-            for result in run_tail_batching(config, pools, ratio):
-                series.add(name, *timed(result, config, config.baseline_streaming))
+        # Drawn last, so every other strategy's draws are those of a run without them.
+        recompute_pools = (
+            [p.draw(m, rng, config.max_length) for p in profiles]
+            if any(r > 1.0 for r in config.tail_response_overprovision)
+            else None
+        )
+        for response_ratio in config.tail_response_overprovision:
+            for ratio in config.tail_overprovision:
+                name = tail_batching_name(ratio, response_ratio)
+                if not want(name):
+                    continue
+                rounds = run_tail_batching(
+                    config,
+                    pools,
+                    ratio,
+                    response_ratio=response_ratio,
+                    recompute_pools=recompute_pools,
+                )
+                for result in rounds:
+                    series.add(name, *timed(result, config, config.baseline_streaming))
     return series
+
+
+def tail_batching_name(ratio: float, response_ratio: float = 1.0) -> str:
+    """``tail_batching@r`` (App. H: prompts over-provisioned ``r``-fold) or
+    ``tail_batching@r×s`` (RollPacker's short rounds: responses too, ``s``-fold)."""
+    if response_ratio == 1.0:
+        return f"tail_batching@{ratio:g}"
+    return f"tail_batching@{ratio:g}x{response_ratio:g}"
 
 
 def _censoring_check(result: StrategyResult) -> dict[str, float]:

@@ -90,8 +90,12 @@ def simulate_batch(
     *,
     tail_pruning: bool,
     stop_after_groups: int | None = None,
+    prune_at: int | None = None,
 ) -> StrategyResult:
     """Roll out one batch on a fresh worker pool.
+
+    With ``tail_pruning``, a group allocated at least ``prune_at`` samples (default ``M_up = 2M``,
+    Alg. 2) completes at its first ``M`` valid ones and aborts the rest.
 
     The batch ends when every group is complete, or — Tail Batching — when ``stop_after_groups``
     groups are: every other prompt's running samples are then aborted and the prompt is left
@@ -99,7 +103,7 @@ def simulate_batch(
     """
     loop = EventLoop()
     pool = make_pool(loop, config)
-    upper = 2 * config.group_size
+    upper = 2 * config.group_size if prune_at is None else prune_at
     groups = [
         GroupRollout(
             allocated=int(a), group_size=config.group_size, upper=upper, tail_pruning=tail_pruning

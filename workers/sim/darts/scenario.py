@@ -54,7 +54,9 @@ class ScenarioConfig:
     (:class:`~workers.sim.llm.latency.ContextLatencyModel` at MP ``mp``: per-token time rising
     with the batch's KV tokens, chunked prefill, a bounded KV pool). ``prompt_tokens``: every
     prompt's context (our assumption: math prompts are short beside their responses).
-    ``tail_overprovision``: Tail Batching's ``N'/N`` settings, the best of which is its result.
+    ``tail_overprovision``: Tail Batching's ``N'/N`` settings; ``tail_response_overprovision``:
+    its responses-per-prompt over-provisioning in short rounds (1: App. H's prompt-level form;
+    RollPacker's released configuration uses 1.25 for both). The best of the grid is its result.
     ``fixed_budget_multiples``: DARTS (allocation, tail pruning, early stop) at ``M_total`` fixed
     to these multiples of ``N·M`` instead of Eq. 9's, one arm each (a sweep, not a baseline).
     ``streaming``: how each system hands rollout output to the trainer.
@@ -76,6 +78,7 @@ class ScenarioConfig:
     prompt_tokens: int = 0
     steps: int = 16
     tail_overprovision: tuple[float, ...] = (1.125, 1.25, 1.5, 2.0, 3.0)
+    tail_response_overprovision: tuple[float, ...] = (1.0, 1.125, 1.25, 1.5, 2.0)
     fixed_budget_multiples: tuple[float, ...] = ()
     trainer: TrainerModel = field(default_factory=TrainerModel)
     baseline_streaming: Streaming = "sample"

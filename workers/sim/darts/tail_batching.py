@@ -11,6 +11,14 @@ GRPO lab); this module runs each round on the simulated workers.
 
 A re-computation draws new samples (pool slots ``M .. 2M−1``: independent draws from the same
 prompt); the work thrown away by the abort is counted in the round that threw it away.
+
+``response_ratio`` > 1 is RollPacker's own short round (its released configuration: 1.25): each
+prompt draws ``round(response_ratio·M)`` candidates (pool slots from 0) and its group completes at
+its first ``M`` valid finished samples, aborting the rest — :class:`GroupRollout`'s early stop,
+so a sample stopped at the length limit does not count towards the ``M`` (RollPacker counts any
+finished response; the difference only touches groups with length-capped samples). Its
+re-computations then draw from ``recompute_pools`` (fresh draws), since the short round may have
+used slots ``M`` and beyond.
 """
 
 from __future__ import annotations
@@ -26,29 +34,47 @@ from workers.sim.darts.scenario import ScenarioConfig
 
 
 def run_tail_batching(
-    config: ScenarioConfig, pools: Sequence[np.ndarray], ratio: float
+    config: ScenarioConfig,
+    pools: Sequence[np.ndarray],
+    ratio: float,
+    *,
+    response_ratio: float = 1.0,
+    recompute_pools: Sequence[np.ndarray] | None = None,
 ) -> list[StrategyResult]:
-    """Every round of one epoch over ``pools`` (one per prompt, ``2M`` draws each)."""
+    """Every round of one epoch over ``pools`` (one per prompt, ``2M`` draws each);
+    ``recompute_pools`` (``M`` draws per prompt) are needed when ``response_ratio`` > 1."""
     m = config.group_size
-    planner: TailBatchingPlanner[int] = TailBatchingPlanner(config.prompts, ratio)
+    planner: TailBatchingPlanner[int] = TailBatchingPlanner(
+        config.prompts, ratio, group_size=m, response_ratio=response_ratio
+    )
+    if planner.short_samples is not None and planner.short_samples > m:
+        if recompute_pools is None:
+            raise ValueError("response over-provisioning needs fresh re-computation draws")
+        if planner.short_samples > min(len(p) for p in pools):
+            raise ValueError("the pools hold fewer draws than a short round's candidates")
     fresh = deque(range(len(pools)))
     rounds: list[StrategyResult] = []
     while (plan := planner.next_round(fresh)) is not None:
         prompts = list(plan.prompts)
+        samples = m if plan.samples_per_prompt is None else plan.samples_per_prompt
         if plan.recompute:
-            batch = [pools[p][m : 2 * m] for p in prompts]
+            if recompute_pools is None or response_ratio == 1.0:
+                batch = [pools[p][m : 2 * m] for p in prompts]
+            else:
+                batch = [recompute_pools[p][:m] for p in prompts]
             result = simulate_batch(
                 "tail_batching_long", batch, np.full(len(prompts), m), config, tail_pruning=False
             )
         else:
-            batch = [pools[p][:m] for p in prompts]
+            batch = [pools[p][:samples] for p in prompts]
             result = simulate_batch(
                 "tail_batching_short",
                 batch,
-                np.full(len(prompts), m),
+                np.full(len(prompts), samples),
                 config,
-                tail_pruning=False,
+                tail_pruning=samples > m,
                 stop_after_groups=plan.stop_after_groups,
+                prune_at=samples,
             )
         planner.round_finished(plan, result.completed.tolist())
         rounds.append(result)

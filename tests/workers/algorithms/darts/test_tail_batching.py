@@ -49,3 +49,19 @@ def test_rejects_bad_settings_and_flags():
     assert round_ is not None
     with pytest.raises(ValueError):
         planner.round_finished(round_, [True])
+
+
+def test_response_over_provisioning_widens_short_rounds_only():
+    planner: TailBatchingPlanner[int] = TailBatchingPlanner(
+        prompts_per_step=2, ratio=2.0, group_size=8, response_ratio=1.25
+    )
+    fresh = deque(range(4))
+    short = planner.next_round(fresh)
+    assert short is not None and short.samples_per_prompt == 10  # RollPacker: 10 of 8
+    planner.round_finished(short, [True, False, True, False])
+    long = planner.next_round(fresh)
+    assert long is not None and long.recompute and long.samples_per_prompt == 8
+    with pytest.raises(ValueError):
+        TailBatchingPlanner(prompts_per_step=2, ratio=1.0, response_ratio=1.25)
+    with pytest.raises(ValueError):
+        TailBatchingPlanner(prompts_per_step=2, ratio=1.0, group_size=8, response_ratio=0.5)

@@ -98,3 +98,26 @@ def test_fixed_budget_arms_hold_their_budget_and_prune_only_when_saturated():
         assert result.allocations.tolist() == [2 * m] * TINY.prompts
         assert int(result.kept.sum()) == nm  # every prompt tail-pruned, M kept each
     assert sum(r.samples_aborted for r in series.results["darts_fixed@2"]) > 0
+
+
+def test_tail_batching_response_over_provisioning_keeps_the_first_m_finished():
+    config = ScenarioConfig(prompts=2, group_size=2, workers=1, max_batch=64)
+    pools = [np.array([10, 4000, 20, 30]), np.array([15, 25, 5000, 35])]
+    fresh = [np.array([40, 50]), np.array([60, 70])]
+    rounds = run_tail_batching(config, pools, ratio=1.0, response_ratio=1.5, recompute_pools=fresh)
+    assert len(rounds) == 1 and rounds[0].completed.all()
+    short = rounds[0]
+    # three candidates per prompt; the first two finished are kept, the slow one aborted
+    assert short.samples_submitted == 6 and short.samples_aborted == 2
+    assert sorted(short.tokens[short.kept].tolist()) == [10, 15, 20, 25]
+    with pytest.raises(ValueError):
+        run_tail_batching(config, pools, ratio=1.0, response_ratio=1.5)
+
+
+def test_tail_batching_grid_names_both_forms():
+    config = replace(TINY, tail_overprovision=(1.5,), tail_response_overprovision=(1.0, 2.0))
+    series = epoch(config)
+    assert {"tail_batching@1.5", "tail_batching@1.5x2"} <= set(series.results)
+    groups = TINY.prompts * TINY.steps
+    for name in ("tail_batching@1.5", "tail_batching@1.5x2"):
+        assert sum(int(r.completed.sum()) for r in series.results[name]) == groups
