@@ -11,21 +11,24 @@ per-token time rising with batch and context) that Heddle's planner models.
 
 Scheduling: pending requests wait in :class:`workers.algorithms.heddle.priority.PriorityQueue`
 (higher ``priority`` first, FIFO among equals — SGLang's ``--enable-priority-scheduling``
-convention); with ``preemptive`` a pending request that strictly outranks the lowest-priority
-running one takes its place when the batch is full (heddle Alg. 1, the same test the simulator
-uses); the victim goes back to pending and re-prefills its context when it resumes. Admission also
-needs KV room (context + ``admission_reserve_tokens``) in the model's KV pool.
+convention); with ``preemptive``, when the pending head does not fit (no free slot, or no KV
+room for its context + ``admission_reserve_tokens`` per running request), running requests it
+strictly outranks are preempted to admit it — all or nothing, lowest priority and latest admitted
+first (:mod:`workers.algorithms.heddle.preemption`, the rule the simulator's worker follows); a
+victim goes back to pending and re-prefills its context when it resumes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import random
 import time
 from dataclasses import dataclass, field
 
+from workers.algorithms.heddle.preemption import preemption_key, victims_to_admit
 from workers.algorithms.heddle.priority import PriorityQueue, should_preempt
 from workers.engine.openai_api import GenerationSpec, filler_text
 from workers.sim.llm.cost import ContextCost, EngineCost
@@ -67,6 +70,7 @@ class EngineRequest:
     first_token_at: float | None = None
     finished_at: float | None = None
     preemptions: int = 0
+    admitted_seq: int = 0  # when it last joined the batch (the preemption order's tie-break)
     _waiter: asyncio.Future[None] | None = field(default=None, repr=False)
 
     @property
@@ -170,7 +174,8 @@ class EmulatedEngine(RequestBook):
         self.cost: EngineCost = cost or ContextCost(ContextLatencyModel(), self.config.mp)
         self.kv_capacity = float(self.cost.kv_capacity_tokens)
         self._rng = random.Random(self.config.seed)
-        self._running_order = PriorityQueue(highest_first=False)  # the preemption victim on top
+        self._running_order = PriorityQueue(highest_first=False)  # the lowest priority on top
+        self._admissions = itertools.count(1)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -257,45 +262,79 @@ class EmulatedEngine(RequestBook):
         return self.kv_tokens / self.kv_capacity if self.kv_capacity else 0.0
 
     # ------------------------------------------------------------------ scheduling
-    def _fits(self, request: EngineRequest, kv_used: float) -> bool:
-        reserve = self.config.admission_reserve_tokens * (len(self._running) + 1)
-        return kv_used + request.context_tokens + reserve <= self.kv_capacity
+    def _admits(self, request: EngineRequest, kv_used: float, running: int) -> bool:
+        """Whether ``request`` joins a batch of ``running`` requests holding ``kv_used`` tokens:
+        a free slot and KV room for its context plus the per-request reserve. Alone, a request
+        always runs (as the simulator's worker: otherwise it would wait forever)."""
+        if running == 0:
+            return True
+        reserve = self.config.admission_reserve_tokens * (running + 1)
+        return (
+            running < self.config.max_batch
+            and kv_used + request.context_tokens + reserve <= self.kv_capacity
+        )
 
     def _admit_one(self, rid: str, priority: float) -> None:
         request = self._requests[rid]
         request.prefill_left = request.context_tokens  # a resumed request recomputes its prefix
+        request.admitted_seq = next(self._admissions)
         self._running[rid] = request
         self._running_order.push(rid, priority)
 
-    def _preempt_lowest(self) -> None:
-        victim_id, priority = self._running_order.pop()
-        victim = self._running.pop(str(victim_id))
+    def _preempt(self, victim: EngineRequest) -> None:
+        priority = self._running_order.priority_of(victim.rid)
+        self._running_order.remove(victim.rid)
+        del self._running[victim.rid]
         victim.preemptions += 1
         self.stats.preemptions += 1
         self._pending.push(victim.rid, priority)
 
     def _schedule(self) -> None:
-        """Fill the batch from the pending queue, preempting where heddle Alg. 1 says so."""
-        kv_used = float(self.kv_tokens)
+        """Fill the batch from the pending queue, preempting where heddle Alg. 1 says so.
+
+        KV is counted as admission reserves it: a running request's whole context, even the part
+        still to be prefilled (SGLang allocates a request's prefill when it admits it)."""
+        kv_used = float(sum(r.context_tokens for r in self._running.values()))
         while self._pending:
             rid, priority = self._pending.peek()
             request = self._requests[str(rid)]
-            if len(self._running) < self.config.max_batch and self._fits(request, kv_used):
+            running = len(self._running)
+            if self._admits(request, kv_used, running):
                 self._pending.pop()
                 self._admit_one(str(rid), priority)
                 kv_used += request.context_tokens
                 continue
-            if not (self.config.preemptive and self._running):
+            if not self.config.preemptive:
                 return
-            _, lowest = self._running_order.peek()
-            full = len(self._running) >= self.config.max_batch or not self._fits(request, kv_used)
-            if not should_preempt(
-                top_pending_priority=priority, lowest_running_priority=lowest, batch_full=full
-            ):
+            victims = self._victims_for(request, priority, kv_used)
+            if not victims:
                 return
-            victim_id, _ = self._running_order.peek()
-            kv_used -= self._running[str(victim_id)].context_tokens
-            self._preempt_lowest()
+            for victim in victims:
+                kv_used -= victim.context_tokens
+                self._preempt(victim)
+
+    def _victims_for(
+        self, request: EngineRequest, priority: float, kv_used: float
+    ) -> list[EngineRequest]:
+        """The running requests to preempt so the pending ``request`` is admitted (heddle
+        Alg. 1, all or nothing: :func:`workers.algorithms.heddle.preemption.victims_to_admit`)."""
+        running_priority = self._running_order.priority_of
+        _, lowest = self._running_order.peek()
+        if not should_preempt(
+            top_pending_priority=priority, lowest_running_priority=lowest, batch_full=True
+        ):
+            return []  # it outranks nobody: no need to order the batch
+        order = sorted(
+            self._running.values(),
+            key=lambda r: preemption_key(running_priority(r.rid), r.admitted_seq),
+        )
+        running = len(order)
+        count = victims_to_admit(
+            priority,
+            ((running_priority(v.rid), float(v.context_tokens)) for v in order),
+            lambda freed, victims: self._admits(request, kv_used - freed, running - victims),
+        )
+        return order[:count]
 
     def _step_seconds(self) -> tuple[float, list[tuple[EngineRequest, int]], int]:
         """Model seconds of the next step, the prefill chunk per request and the decode count."""

@@ -93,3 +93,40 @@ def test_a_prompt_the_kv_pool_cannot_hold_is_refused() -> None:
     with pytest.raises(PromptTooLong):
         engine.submit("huge", prompt_tokens=int(engine.kv_capacity), max_tokens=1)
     assert engine.num_queued == 0
+
+
+def _admitted(engine: EmulatedEngine, rid: str, *, share: float, priority: int) -> None:
+    """Submit a request holding ``share`` of the KV pool and run one scheduling decision."""
+    engine.submit(rid, prompt_tokens=int(share * engine.kv_capacity), max_tokens=50,
+                  priority=priority)  # fmt: skip
+    engine._schedule()
+
+
+def test_kv_preemption_is_all_or_nothing() -> None:
+    """The pending request outranks one running request, but preempting it would not free
+    enough KV (the other one it does not outrank holds the rest): nobody is preempted."""
+    engine = EmulatedEngine(EngineConfig(time_scale=FAST))
+    _admitted(engine, "low", share=0.4, priority=0)
+    _admitted(engine, "high", share=0.4, priority=5)
+    _admitted(engine, "middle", share=0.7, priority=3)
+    assert set(engine._running) == {"low", "high"}
+    assert engine.stats.preemptions == 0 and engine.num_queued == 1
+
+
+def test_kv_preemption_takes_as_many_victims_as_the_request_needs() -> None:
+    engine = EmulatedEngine(EngineConfig(time_scale=FAST))
+    _admitted(engine, "a", share=0.4, priority=0)
+    _admitted(engine, "b", share=0.4, priority=1)
+    _admitted(engine, "urgent", share=0.7, priority=9)
+    assert set(engine._running) == {"urgent"}
+    assert engine.stats.preemptions == 2
+    assert engine._requests["a"].preemptions == engine._requests["b"].preemptions == 1
+
+
+def test_among_equal_priorities_the_latest_admitted_is_preempted_first() -> None:
+    engine = EmulatedEngine(EngineConfig(time_scale=FAST))
+    _admitted(engine, "older", share=0.4, priority=0)
+    _admitted(engine, "newer", share=0.4, priority=0)
+    _admitted(engine, "urgent", share=0.5, priority=9)
+    assert set(engine._running) == {"older", "urgent"}
+    assert engine._requests["newer"].preemptions == 1
