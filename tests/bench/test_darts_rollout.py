@@ -46,3 +46,14 @@ def test_budget_sweep_and_saturation_by_kind_are_reported():
     assert sum(k["prompts"] for k in by_kind.values()) == TINY.prompts * TINY.steps
     assert all(0.0 <= k["saturated_share"] <= 1.0 for k in by_kind.values())
     assert 0.0 <= headline["heavy_prompt_share"] <= 1.0
+
+
+def test_saturation_by_sigma_shape_covers_each_shape_and_budget():
+    from bench.darts_rollout import SWEEP_MULTIPLES, saturation_by_sigma_shape
+
+    table = saturation_by_sigma_shape(TINY, repeats=2, seed=1)
+    assert "this_workload" in table and "normal_cv_0.3" in table
+    for row in table.values():
+        assert set(row) == {f"{m:g}" for m in SWEEP_MULTIPLES}
+        assert all(0.0 <= share <= 1.0 for share in row.values())
+        assert row["2"] == 1.0  # at 2·N·M every prompt is at M_up
