@@ -24,7 +24,11 @@ tail-prunes, §4.3.1), and a sweep of DARTS at fixed ``M_total`` from ``1.125`` 
 by how the budget's extra samples compare with their capacity ``(M_up − M)`` each. A third,
 ``alg1_saturated_share_by_sigma_shape``: Alg. 1's saturated share at each budget for other shapes
 of the per-prompt σ̃ across a batch — this workload's bimodal one (a heavy minority whose σ is
-several times the rest's) against symmetric and right-skewed ones.
+several times the rest's) against symmetric and right-skewed ones. And
+``darts_length_scale_needed_for_tail_batching_target``: the factor by which DARTS's policy's
+lengths would have to shrink (every prompt alike, same random draws) for its epoch to be 1.1×
+faster than the best Tail Batching's — the share of the target that only distribution shaping,
+absent from this simulator, could deliver.
 
 The policy is stationary here: a step's lengths do not depend on what earlier steps trained on.
 DARTS's effect on the policy (darts §5.5, Tab. 3 "Distribution-Aware Sampling") is therefore not
@@ -127,11 +131,51 @@ def time_planning(prompts: int, group_size: int, repeats: int, seed: int = 0) ->
     }
 
 
-def run_engine(config: ScenarioConfig, seed: int) -> tuple[EpochSeries, list[str]]:
-    """One epoch; also each prompt's kind (by its index in the stream)."""
+def run_engine(
+    config: ScenarioConfig,
+    seed: int,
+    *,
+    length_scale: float = 1.0,
+    strategies: tuple[str, ...] | None = None,
+) -> tuple[EpochSeries, list[str]]:
+    """One epoch; also each prompt's kind (by its index in the stream). ``length_scale`` < 1
+    shrinks every prompt's length distribution (medians of body and tail) by that factor; the
+    random draws are the same, so every length is scaled (then rounded and capped)."""
     rng = np.random.default_rng(seed)
     profiles = make_prompt_set(config, rng, config.prompts * config.steps)
-    return run_epoch(config, rng, profiles), [p.kind.value for p in profiles]
+    if length_scale != 1.0:
+        profiles = [
+            replace(p, median=p.median * length_scale, tail_median=p.tail_median * length_scale)
+            for p in profiles
+        ]
+    series = run_epoch(config, rng, profiles, strategies=strategies)
+    return series, [p.kind.value for p in profiles]
+
+
+def length_scale_needed(
+    config: ScenarioConfig, seed: int, epoch_seconds: float, iterations: int = 7
+) -> float:
+    """The factor DARTS's policy's lengths would have to shrink by (every prompt's distribution
+    scaled alike, the rest of the workload unchanged) for its epoch to take ``epoch_seconds``:
+    what distribution shaping (darts §4.1, not modelled in this stationary simulator) would have
+    to deliver. Bisection on ``[0.1, 1]``; 1 when DARTS is already that fast."""
+
+    def darts_seconds(scale: float) -> float:
+        series, _ = run_engine(config, seed, length_scale=scale, strategies=("darts",))
+        return float(np.sum(series.step_seconds["darts"]))
+
+    if darts_seconds(1.0) <= epoch_seconds:
+        return 1.0
+    low, high = 0.1, 1.0  # DARTS meets the time at ``low`` (checked below), not at ``high``
+    if darts_seconds(low) > epoch_seconds:
+        return low
+    for _ in range(iterations):
+        middle = (low + high) / 2.0
+        if darts_seconds(middle) <= epoch_seconds:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def kept_mean_by_kind(
@@ -335,6 +379,10 @@ def engine_block(config: ScenarioConfig, seed: int) -> tuple[dict, dict[str, flo
     # Alg. 1 fills a prompt of weight w up to M_up before one of weight w' gets its first extra
     # sample when w/(M_up(M_up−1)) ≥ w'/(M(M+1)); the heavy prompts' weights clear the concise
     # ones' by more than that, so every budget above N·M·(1 + h·(M_up−M)/M) saturates them all.
+    # what distribution shaping would have to add for the Tail Batching target
+    headline["darts_length_scale_needed_for_tail_batching_target"] = length_scale_needed(
+        config, seed, summary[best_tail]["epoch_seconds"] / 1.1
+    )
     headline["heavy_capacity_budget_multiple"] = 1.0 + headline["heavy_prompt_share"] * (
         (2 * config.group_size - config.group_size) / config.group_size
     )

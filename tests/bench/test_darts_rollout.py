@@ -57,3 +57,15 @@ def test_saturation_by_sigma_shape_covers_each_shape_and_budget():
         assert set(row) == {f"{m:g}" for m in SWEEP_MULTIPLES}
         assert all(0.0 <= share <= 1.0 for share in row.values())
         assert row["2"] == 1.0  # at 2·N·M every prompt is at M_up
+
+
+def test_length_scale_needed_is_one_when_met_and_shrinks_for_a_tighter_time():
+    from bench.darts_rollout import length_scale_needed, run_engine
+
+    series, _ = run_engine(TINY, seed=7, strategies=("darts",))
+    seconds = float(np.sum(series.step_seconds["darts"]))
+    assert length_scale_needed(TINY, 7, seconds * 2.0) == 1.0
+    scale = length_scale_needed(TINY, 7, seconds * 0.7, iterations=4)
+    assert 0.1 <= scale < 1.0
+    shrunk, _ = run_engine(TINY, seed=7, length_scale=scale, strategies=("darts",))
+    assert float(np.sum(shrunk.step_seconds["darts"])) <= seconds * 0.7
