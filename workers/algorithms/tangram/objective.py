@@ -72,7 +72,8 @@ def _place(profile: list[float], units: int, seconds: float) -> float:
 
 
 def _rest_ends(profile: list[float], rest: Sequence[Demand], single: bool) -> list[float]:
-    """Place ``rest`` in FCFS order on the sorted ``profile`` (consumed); each action's end."""
+    """Place ``rest`` in FCFS order on the sorted ``profile`` (consumed); each action's end.
+    ``rest`` needs at most ``len(profile)`` units per action (``_clamped``)."""
     if single and profile:
         heapreplace = heapq.heapreplace
         # a sorted list is a heap; heapreplace pops the earliest release (the action's start)
@@ -95,20 +96,24 @@ def _place_rest(
 ) -> float:
     """``total`` plus the ends of ``rest`` placed in FCFS order on the sorted, non-empty
     ``profile`` (consumed), or inf as soon as ``tails`` (the least the unplaced suffix adds)
-    show it cannot beat ``best``; each end is appended to ``ends`` when given. ``_place``
-    inlined: the estimate's hot loop."""
-    size = len(profile)
+    show it cannot beat ``best``; each end is appended to ``ends`` when given. ``rest`` as
+    for ``_rest_ends``.
+
+    ``_place`` inlined, the estimate's hot loop: the releases an action takes are the
+    smallest ones left, so instead of deleting them the loop moves ``low`` past them (the
+    live profile is ``profile[low:]``, still sorted, and ``end`` sorts after every taken
+    release); the same values in the same order, one list operation less per action.
+    """
+    low = 0
     for (units, duration), tail in zip(rest, tails, strict=False):
-        if units > size:
-            units = size
         if units <= 1:
-            end = profile[0] + duration
-            del profile[0]
-            insort(profile, end)
+            end = profile[low] + duration
+            low += 1
+            profile.insert(bisect_right(profile, end, low), end)
         else:
-            end = profile[units - 1] + duration
-            del profile[:units]
-            at = bisect_right(profile, end)
+            end = profile[low + units - 1] + duration
+            low += units
+            at = bisect_right(profile, end, low)
             profile[at:at] = [end] * units
         total += end
         if ends is not None:
@@ -116,6 +121,14 @@ def _place_rest(
         if total + tail >= best:
             return math.inf
     return total
+
+
+def _clamped(rest: Sequence[Demand], size: int) -> Sequence[Demand]:
+    """``rest`` with no action needing more than ``size`` units (an action wider than the
+    profile starts when its last unit is released: ``_place``'s clamp, done once)."""
+    if rest and max(map(itemgetter(0), rest)) > size:
+        return [(units if units < size else size, duration) for units, duration in rest]
+    return rest
 
 
 def estimate_remaining(
@@ -149,6 +162,8 @@ def estimate_remaining(
     reach = max(units for units, _, _ in first_options)
     reach += len(rest) if single else sum(map(itemgetter(0), rest))
     starts = sorted(profile)[:reach]
+    if not single:
+        rest = _clamped(rest, len(starts))
     if len(first_options) == 1 and limit == math.inf:
         units, seconds, extra = first_options[0]
         heap = list(starts)

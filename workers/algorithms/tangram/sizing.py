@@ -79,7 +79,6 @@ class UnitSizing:
         self._policy_epoch = 0  # bumped by every policy change: cached demands go stale
         # the topology's per-pass floors on key units (``Topology.dop_floors``), by resource
         self._floors: dict[str, int] = {}
-        self._masks: dict[tuple[tuple[int, ...], int], NDArray[np.float64]] = {}
 
     def policy_changed(self) -> None:
         self._policy_epoch += 1
@@ -95,7 +94,6 @@ class UnitSizing:
     def forget(self) -> None:
         """Drop the options worked out so far (a new pass, or a new policy)."""
         self._options_memo.clear()
-        self._masks.clear()
 
     def t1(self, spec: ActionSpec) -> float:
         return self.policy.history.t1(spec)
@@ -131,12 +129,10 @@ class UnitSizing:
         options = self.options(spec)
         fitting = options[: bisect_right(options, width)] or options[:1]
         size = fitting[-1] + 1
-        inverse = _inverse_speedup(elasticity, size)
-        mask = self._masks.get((fitting, size))
-        if mask is None:
-            mask = self._masks[(fitting, size)] = np.full(size, np.inf)
-            mask[list(fitting)] = 0.0
-        return CostShape(fitting, inverse, mask, elasticity, options)
+        # a prefix of the row at the action's widest option: the same values (each entry
+        # depends on its own ``k`` only), cached across passes whatever width a pass has free
+        inverse = _inverse_speedup(elasticity, options[-1] + 1)[:size]
+        return CostShape(fitting, inverse, _mask(fitting), elasticity, options)
 
     def is_elastic(self, spec: ActionSpec) -> bool:
         return spec.scalable and len(self.options(spec)) > 1
@@ -327,6 +323,16 @@ def _exploration_ladder(options: tuple[int, ...], depth: int) -> tuple[int, ...]
             rung = 2 * units
     chosen.add(options[-1])
     return tuple(sorted(chosen))
+
+
+@lru_cache(maxsize=4096)
+def _mask(options: tuple[int, ...]) -> NDArray[np.float64]:
+    """0 at each of ``options``, +inf elsewhere up to the largest (``CostShape.mask``);
+    read-only, shared by every action with the same options."""
+    mask = np.full(options[-1] + 1, np.inf)
+    mask[list(options)] = 0.0
+    mask.setflags(write=False)
+    return mask
 
 
 @lru_cache(maxsize=8192)

@@ -14,7 +14,13 @@ from workers.algorithms.tangram import CpuNodeSpec, CpuTopology, ElasticSchedule
 from workers.algorithms.tangram.action import ActionSpec, Elasticity, ResourceDemand
 from workers.algorithms.tangram.entries import Waiting
 from workers.algorithms.tangram.held import HeldUnits
-from workers.algorithms.tangram.objective import _place, estimate_remaining
+from workers.algorithms.tangram.objective import (
+    _clamped,
+    _place,
+    _place_rest,
+    _rest_ends,
+    estimate_remaining,
+)
 from workers.algorithms.tangram.sizing import _inverse_speedup, _ladder_inverse
 
 
@@ -139,3 +145,29 @@ def test_a_ladders_plain_inverse_speedups_equal_the_arrays_bit_for_bit(seed: int
         ladder = tuple(sorted(rng.sample(range(1, size + 8), 5)))  # some past the table
         table = _inverse_speedup(elasticity, ladder[-1] + 1)
         assert _ladder_inverse(elasticity, ladder) == [float(table[k]) for k in ladder]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_inlined_rest_placement_equals_placing_one_by_one_bit_for_bit(seed: int) -> None:
+    rng = random.Random(seed)
+    profile = sorted(rng.choice([0.0, rng.uniform(0, 20)]) for _ in range(rng.randint(1, 40)))
+    rest = [(rng.choice([0, 1, 2, 3, 8, 16, 64]), rng.uniform(0.1, 20)) for _ in range(30)]
+    one_by_one = list(profile)
+    expected = [_place(one_by_one, units, seconds) for units, seconds in rest]
+    clamped = _clamped(rest, len(profile))
+    assert _rest_ends(list(profile), clamped, single=False) == expected
+    total = 0.5
+    for end in expected:  # in order, as the loop adds them (``sum`` may compensate)
+        total += end
+    assert _place_rest(list(profile), clamped, [0.0] * len(rest), 0.5, math.inf) == total
+
+
+@pytest.mark.parametrize("width", [1, 3, 8, 17, 32, 300])
+def test_a_cost_rows_inverse_speedup_is_the_direct_table_at_every_width(width: int) -> None:
+    scheduler = ElasticScheduler(CpuTopology([CpuNodeSpec.uniform("n0", 64, 1, memory_mb=1 << 20)]))
+    spec = _reward("r")
+    assert spec.elasticity is not None
+    shape = scheduler._sizing.cost_shape(spec, width)
+    size = shape.options[-1] + 1
+    assert shape.inverse_speedup.tolist() == _inverse_speedup(spec.elasticity, size).tolist()
+    assert shape.mask.tolist() == [0.0 if k in shape.options else math.inf for k in range(size)]
