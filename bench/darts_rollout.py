@@ -230,6 +230,7 @@ def budget_sweep(
     series: EpochSeries,
     config: ScenarioConfig,
     best_tail: str | None = None,
+    kept_by_kind: dict[str, dict[str, float]] | None = None,
 ) -> dict[str, dict[str, float]]:
     """DARTS at each fixed ``M_total``: step speedup over standard (and over the best Tail
     Batching), pruned share, tokens."""
@@ -248,6 +249,10 @@ def budget_sweep(
             "tokens_per_group_vs_standard": arm["tokens_generated_per_group"]
             / standard["tokens_generated_per_group"],
         }
+        if kept_by_kind is not None:
+            sweep[name]["necessary_tail_kept_length_vs_standard"] = (
+                kept_by_kind[name]["necessary_tail"] / kept_by_kind["standard"]["necessary_tail"]
+            )
         if best_tail is not None:
             sweep[name]["step_speedup_vs_best_tail_batching"] = (
                 summary[best_tail]["epoch_seconds"] / arm["epoch_seconds"]
@@ -332,7 +337,12 @@ def engine_block(config: ScenarioConfig, seed: int) -> tuple[dict, dict[str, flo
     darts, standard = summary["darts"], summary["standard"]
     by_kind = {
         name: kept_mean_by_kind(series, name, kinds, config.prompts)
-        for name in ("standard", "darts", "darts_no_pruning")
+        for name in (
+            "standard",
+            "darts",
+            "darts_no_pruning",
+            *(f"darts_fixed@{x:g}" for x in config.fixed_budget_multiples),
+        )
     }
     headline = {
         "step_speedup_vs_standard": standard["epoch_seconds"] / darts["epoch_seconds"],
@@ -413,7 +423,7 @@ def engine_block(config: ScenarioConfig, seed: int) -> tuple[dict, dict[str, flo
         "darts_saturated_share_by_kind": pruned_share_by_kind(
             series, "darts", kinds, config.prompts, 2 * config.group_size
         ),
-        "budget_sweep": budget_sweep(summary, series, config, best_tail),
+        "budget_sweep": budget_sweep(summary, series, config, best_tail, by_kind),
         "censoring": censoring,
         "cost_slope_k": series.cost_slope,
         "trade_off_lambda": series.trade_off,

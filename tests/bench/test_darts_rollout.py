@@ -42,6 +42,8 @@ def test_budget_sweep_and_saturation_by_kind_are_reported():
     assert set(sweep) == {"darts_fixed@1", "darts_fixed@2"}
     assert sweep["darts_fixed@1"]["pruned_prompt_share"] == 0.0
     assert sweep["darts_fixed@2"]["budget_multiple"] == 2.0
+    assert all("necessary_tail_kept_length_vs_standard" in arm for arm in sweep.values())
+    assert all("step_speedup_vs_best_tail_batching" in arm for arm in sweep.values())
     by_kind = block["darts_saturated_share_by_kind"]
     assert sum(k["prompts"] for k in by_kind.values()) == TINY.prompts * TINY.steps
     assert all(0.0 <= k["saturated_share"] <= 1.0 for k in by_kind.values())
