@@ -36,3 +36,24 @@ def test_placement_reports_the_remaining_key_beside_the_target() -> None:
     assert {s.priority for s in heddle_placement.remaining_key_systems()} == {
         heddle_placement.PriorityPolicy.PPS_REMAINING
     }
+
+
+def test_placement_reports_the_oracle_ceiling_and_the_paper_group_limit() -> None:
+    series = heddle_placement.run_core(prompts=2, gpus=2, profiles=["math"], engines=["context"])
+    results = series["context"]["math"]
+    suffix = heddle_placement.REMAINING
+    best = results[f"best_baseline{suffix}"]
+    for name in (f"{heddle_placement.OURS}_oracle", heddle_placement.PAPER_LIMIT):
+        assert results[f"{name}{suffix}_over_best_baseline{suffix}"] == (
+            results[f"{name}{suffix}"]["throughput_tokens_per_s"]
+            / results[best]["throughput_tokens_per_s"]
+        )
+    limited = results[heddle_placement.PAPER_LIMIT]["breakdown"]
+    ours = results[heddle_placement.OURS]["breakdown"]
+    # 32 trajectories on 2 workers: a group limit of 100 does not bind, the plan is the same
+    assert limited["planner_group_cost_s"] == ours["planner_group_cost_s"]
+    assert len(ours["planner_group_cost_s"]) == 2
+    assert max(ours["planner_group_cost_s"]) == ours["planner_makespan_s"]
+    row = results[heddle_placement.OURS]
+    tokens = row["throughput_tokens_per_s"] * row["makespan_s"]
+    assert abs(sum(ours["worker_output_tokens"]) - tokens) <= len(ours["worker_output_tokens"])

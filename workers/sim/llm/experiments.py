@@ -174,7 +174,9 @@ def time_breakdown(result: RolloutResult) -> dict[str, Any]:
     """Where the time went (heddle formula 1, ``workers.sim.llm.timeline``): the critical
     trajectory (the last to finish, which sets the makespan) and the longest one split into
     queueing, alone-on-its-worker, interference, tool and migration wait; the same parts summed
-    over every trajectory; each worker's last finish (load imbalance); the planner's estimate."""
+    over every trajectory; each worker's last finish (load imbalance); the planner's estimate,
+    and per worker the DP's time for its group beside its prefilled and decoded tokens (where
+    the DP's group model errs: a worker finishing far past its planned time)."""
     outcomes = list(result.outcomes.values())
     critical = max(outcomes, key=lambda o: (o.finished_at, o.trajectory_id))
     totals = [decompose(o.timeline) for o in outcomes]
@@ -195,6 +197,9 @@ def time_breakdown(result: RolloutResult) -> dict[str, Any]:
         "worker_last_finish_s": finishes,
         "worker_finish_spread_s": max(finishes) - min(finishes),
         "planner_makespan_s": result.planner_makespan,
+        "planner_group_cost_s": list(result.planner_group_costs),
+        "worker_prefill_tokens": list(result.worker_prefill_tokens),
+        "worker_output_tokens": list(result.worker_output_tokens),
     }
 
 

@@ -162,6 +162,7 @@ class RolloutSimulation:
         self.degrees: tuple[int, ...] = ()
         self.router: CacheAwareRouter | None = None
         self.planner_makespan: float | None = None
+        self.planner_group_costs: tuple[float, ...] = ()
 
     # ------------------------------------------------------------------ setup
     def _planner_model(self) -> MPLatencyModel:
@@ -283,6 +284,7 @@ class RolloutSimulation:
             plan = place_trajectories(initial_totals, self._worker_costs(self.degrees))
             self.group_sizes = plan.group_sizes
             self.planner_makespan = plan.makespan
+            self.planner_group_costs = tuple(float(c) for c in plan.group_costs)
             for t in ordered:
                 t.worker = int(plan.assignment[t.index])
             return
@@ -508,6 +510,9 @@ class RolloutSimulation:
             migrations_refused=self.migrations_refused,
             router_decisions=dict(self.router.decisions) if self.router else {},
             planner_makespan=self.planner_makespan,
+            planner_group_costs=self.planner_group_costs,
+            worker_prefill_tokens=tuple(w.stats.prefill_tokens for w in self.workers),
+            worker_output_tokens=tuple(round(w.stats.tokens_generated) for w in self.workers),
         )
 
 

@@ -116,6 +116,10 @@ class RolloutResult:
     migrations_refused: int = 0
     router_decisions: dict[str, int] = field(default_factory=dict)
     planner_makespan: float | None = None  # the DP's own estimate at dispatch (heddle §5.2)
+    # the DP's time for each worker's group at dispatch, in worker order (empty: no DP)
+    planner_group_costs: tuple[float, ...] = ()
+    worker_prefill_tokens: tuple[int, ...] = ()  # per worker, in worker order
+    worker_output_tokens: tuple[int, ...] = ()
 
     @property
     def throughput(self) -> float:
