@@ -37,7 +37,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workers.algorithms.heddle.priority import PriorityQueue, should_preempt
+from workers.algorithms.heddle.preemption import Admits, preemption_key, victims_to_admit
+from workers.algorithms.heddle.priority import PriorityQueue
 from workers.sim.events import EventHandle, EventLoop
 from workers.sim.llm.cost import EngineCost, LegacyCost
 from workers.sim.llm.kv import KVPool
@@ -350,37 +351,31 @@ class LLMWorker:
                 self._preempt(victim)
 
     def _victims_for(self, state: _State, priority: float) -> list[_State]:
-        """The running requests whose preemption admits ``state`` (heddle Alg. 1), lowest
-        priority first, each strictly outranked by it; none unless together they make room.
+        """The running requests whose preemption admits ``state``: heddle Alg. 1, all or
+        nothing (:func:`workers.algorithms.heddle.preemption.victims_to_admit`).
 
         Without a free slot one victim vacates it (§4.2: the high-priority request "is
         immediately promoted to the newly vacated slot"). Short of KV, as SGLang's
         ``preempt_to_schedule`` does, victims are taken until the KV they hold would admit the
-        request, and nobody is preempted when every outranked victim together would not: a
-        partial preemption would only throw away the victims' progress and slots."""
+        request."""
         order = self._preemption_order()
+        admits: Admits
         if self._legacy or state.has_kv:  # only a slot is short
-            return order[:1] if self._outranks(priority, order[0]) else []
-        key = state.request.cache_key or ""
-        active = self.active_kv_tokens
-        victims: list[_State] = []
-        for victim in order:
-            if not self._outranks(priority, victim):
-                return []
-            victims.append(victim)
-            active -= self._active_kv_of(victim)
-            running = len(self._active) - len(victims)
-            if running == 0 or self.kv.can_hold(key, active, self._needed(state, running)):
-                return victims
-        return []
 
-    @staticmethod
-    def _outranks(priority: float, victim: _State) -> bool:
-        return should_preempt(
-            top_pending_priority=priority,
-            lowest_running_priority=victim.request.priority,
-            batch_full=True,
-        )
+            def admits(freed: float, victims: int) -> bool:
+                return True
+
+        else:
+            key = state.request.cache_key or ""
+            active = self.active_kv_tokens
+            running = len(self._active)
+
+            def admits(freed: float, victims: int) -> bool:
+                left = running - victims
+                return left == 0 or self.kv.can_hold(key, active - freed, self._needed(state, left))
+
+        candidates = ((v.request.priority, self._active_kv_of(v)) for v in order)
+        return order[: victims_to_admit(priority, candidates, admits)]
 
     def _active_kv_of(self, state: _State) -> float:
         """The KV a running request holds in the pool now (what preempting it frees)."""
@@ -389,11 +384,11 @@ class LLMWorker:
         return state.allocated
 
     def _preemption_order(self) -> list[_State]:
-        """The running requests in the order they are preempted: lowest priority first, the
-        latest admitted first among equals (the least progress to lose, as vLLM's and SGLang's
-        retraction)."""
+        """The running requests in the order they are preempted (lowest priority first, the
+        latest admitted first among equals: :func:`~workers.algorithms.heddle.preemption.
+        preemption_key`)."""
         running = (self._states[str(i)] for i in self._active)
-        return sorted(running, key=lambda s: (s.request.priority, -s.admitted))
+        return sorted(running, key=lambda s: preemption_key(s.request.priority, s.admitted))
 
     def _admit(self, state: _State) -> None:
         now = self.loop.now
