@@ -14,6 +14,9 @@ def test_scheduling_core_shape_and_sanity() -> None:
     assert sched["fcfs"]["preemptions"] == 0
     best_other = max(sched[n]["throughput_tokens_per_s"] for n in heddle_scheduling.OTHERS)
     assert sched["pps_over_best_other"] == sched["pps"]["throughput_tokens_per_s"] / best_other
+    assert sched["pps_remaining_over_best_other"] == (
+        sched["pps_remaining"]["throughput_tokens_per_s"] / best_other
+    )
     for version in ("generator_v2", "generator_v1"):
         quality = series["prediction"][version]["coding"]
         assert set(quality) == {"prompt_only", "heddle_1", "heddle_2"}
