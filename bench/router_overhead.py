@@ -14,6 +14,12 @@ every router against the same direct segment. The series ``cN`` is the router's 
 (the targets read it) and ``cN_<server>`` the other, measured in the same run (``params``
 names which is which).
 
+A byte relay (this module's ``relay`` command: each client connection spliced to its own engine
+connection, bytes written on as they arrive, no parsing) runs beside the routers in front of the
+same engine and is measured in the same pairs (series ``cN_byte_relay``): the cost of one more
+loopback hop through a Python (uvloop) process on this machine, the floor under any router of
+this design, so a router's figure reads as that floor plus its own work.
+
 ``C`` closed-loop streams (C = 1 and 256), each its own trajectory, send streamed completions
 of ``tokens`` output tokens back to back. Segments alternate direct → via router, ``pairs``
 times; each pair gives the difference of the two segments' p50 end-to-end times (request sent
@@ -56,6 +62,67 @@ MODEL = "loom-emulated"
 KEY = "loom_bench_router_overhead"
 HTTP_SERVERS = tuple(sorted(SERVERS))  # every router HTTP server, measured in the same run
 HEADERS = ((b"content-type", b"application/json"), (b"authorization", b"Bearer " + KEY.encode()))
+BYTE_RELAY = "byte_relay"  # the floor's series suffix (module docstring)
+
+
+class _RelayUpstream(asyncio.Protocol):
+    """The engine side of one relayed connection."""
+
+    def __init__(self, client: _RelayClient) -> None:
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.client.transport.write(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.transport.close()
+
+
+class _RelayClient(asyncio.Protocol):
+    """The client side: what arrives before the engine connection is up waits in ``early``."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.upstream: _RelayUpstream | None = None
+        self.early: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+        asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        _, self.upstream = await loop.create_connection(
+            lambda: _RelayUpstream(self), self.host, self.port
+        )
+        assert self.upstream.transport is not None
+        for data in self.early:
+            self.upstream.transport.write(data)
+        self.early.clear()
+
+    def data_received(self, data: bytes) -> None:
+        if self.upstream is None or self.upstream.transport is None:
+            self.early.append(data)
+        else:
+            self.upstream.transport.write(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.close()
+
+
+async def _relay_main(engine_url: str) -> None:
+    """``python -m bench.router_overhead relay URL``: the byte relay (module docstring); uvloop
+    sets TCP_NODELAY on its sockets, as on the routers'."""
+    host, port = engine_url.removeprefix("http://").rsplit(":", 1)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _RelayClient(host, int(port)), "127.0.0.1", 0)
+    print(f"byte relay on http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
+    await asyncio.Event().wait()
 
 
 def _start(args: list[str]) -> tuple[subprocess.Popen[str], str]:
@@ -140,13 +207,18 @@ async def _segment(
 
 
 async def _mixed_segment(
-    engine_url: str, router_url: str, concurrency: int, requests_per_stream: int, tokens: int
+    engine_url: str,
+    router_url: str,
+    concurrency: int,
+    requests_per_stream: int,
+    tokens: int,
+    named: bool = True,
 ) -> dict[str, dict[str, list[float]]]:
     """Half the streams direct, half through the router, at once: one engine batch for both."""
     half = concurrency // 2
     direct, routed = await asyncio.gather(
         _segment(engine_url, half, requests_per_stream, tokens, routed=False),
-        _segment(router_url, concurrency - half, requests_per_stream, tokens, routed=True),
+        _segment(router_url, concurrency - half, requests_per_stream, tokens, routed=named),
     )
     return {"direct": direct, "routed": routed}
 
@@ -186,24 +258,25 @@ def _row(direct: dict[str, list[float]], routed: dict[str, list[float]]) -> dict
 
 async def _measure(
     engine_url: str,
-    routers: dict[str, tuple[str, int]],
+    routers: dict[str, tuple[str, int, bool]],
     concurrency: int,
     per_stream: int,
     tokens: int,
     pairs: int,
 ) -> dict[str, dict[str, Any]]:
-    """Per router (its HTTP server's name: URL and pid), the added latency at ``concurrency``.
-    Each pair is one direct segment then one segment through each router, so every router is
-    compared with the same direct baseline; the mixed segments run once per router per pair."""
+    """Per router (its HTTP server's name, or the byte relay: URL, pid, whether requests name a
+    trajectory), the added latency at ``concurrency``. Each pair is one direct segment then one
+    segment through each router, so every router is compared with the same direct baseline; the
+    mixed segments run once per router per pair."""
     await _segment(engine_url, concurrency, 1, tokens, routed=False)  # warm-up: connections
-    for router_url, _ in routers.values():
-        await _segment(router_url, concurrency, 1, tokens, routed=True)
+    for router_url, _, named in routers.values():
+        await _segment(router_url, concurrency, 1, tokens, routed=named)
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in routers}
     for _ in range(pairs):
         direct = await _segment(engine_url, concurrency, per_stream, tokens, routed=False)
-        for name, (router_url, router_pid) in routers.items():
+        for name, (router_url, router_pid, named) in routers.items():
             cpu_before = _cpu_seconds(router_pid)
-            routed = await _segment(router_url, concurrency, per_stream, tokens, routed=True)
+            routed = await _segment(router_url, concurrency, per_stream, tokens, routed=named)
             cpu = _cpu_seconds(router_pid) - cpu_before
             row = _row(direct, routed)
             row["router_cpu_us_per_request"] = cpu / len(routed["e2e"]) * 1e6
@@ -211,8 +284,10 @@ async def _measure(
     mixed_rows: dict[str, list[dict[str, Any]]] = {name: [] for name in routers}
     if concurrency > 1:
         for _ in range(pairs):
-            for name, (router_url, _) in routers.items():
-                both = await _mixed_segment(engine_url, router_url, concurrency, per_stream, tokens)
+            for name, (router_url, _, named) in routers.items():
+                both = await _mixed_segment(
+                    engine_url, router_url, concurrency, per_stream, tokens, named
+                )
                 mixed_rows[name].append(_row(both["direct"], both["routed"]))
     results: dict[str, dict[str, Any]] = {}
     for name in routers:
@@ -254,13 +329,17 @@ def run(quick: bool) -> BenchReport:
     try:
         for server in HTTP_SERVERS:  # one router per HTTP server, same engine, same Redis
             routers[server] = _start([*router_args, "--http-server", server])
+        routers[BYTE_RELAY] = _start(["bench.router_overhead", "relay", engine_url])
         import uvloop
 
         for concurrency, (per_stream, pairs) in plan.items():
             measured = uvloop.run(
                 _measure(
                     engine_url,
-                    {name: (router_url, p.pid) for name, (p, router_url) in routers.items()},
+                    {
+                        name: (router_url, p.pid, name != BYTE_RELAY)
+                        for name, (p, router_url) in routers.items()
+                    },
                     concurrency, per_stream, tokens, pairs,
                 )
             )  # fmt: skip
@@ -292,6 +371,7 @@ def run(quick: bool) -> BenchReport:
                 for server in HTTP_SERVERS
             },
             "targets_read": f"the router's default HTTP server ({DEFAULT_SERVER})",
+            "floor": f"cN_{BYTE_RELAY}: a byte relay (no parsing) in front of the same engine",
         },
         series=series,
     )
@@ -307,3 +387,14 @@ def run(quick: bool) -> BenchReport:
             Target.at_most(f"added_fraction_c{concurrency}", row[f"{prefix}added_fraction"], 0.05)
         )
     return report
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "relay":
+        import uvloop
+
+        uvloop.run(_relay_main(sys.argv[2]))
+    else:
+        sys.exit(
+            "usage: python -m bench.router_overhead relay ENGINE_URL (python -m bench runs it)"
+        )

@@ -11,15 +11,21 @@
   first workers, contiguous groups); a step is routed by its trajectory's rank among the active
   ones through :func:`migration_target` (the DP's sizes scaled to the active count, §5.3), so the
   DP is re-solved only when the active set has changed by ``replan_fraction`` or after
-  ``replan_s``, not per request. A trajectory keeps its worker (prefix cache) unless its rank says
-  otherwise at a step start — which is after a tool call, the moment §5.3 migrates: with engines
-  that cannot move KV the migration is a re-route, the new worker recomputing the prefix.
+  ``replan_s``, not per request, and then at the loop's next turn, once the request that found
+  the plan stale has been written to its worker (Loom's own: that request routes on the plan it
+  found, the next ones on the new plan; only a policy with no plan for the current worker count
+  plans on the request path). A worker's cost profile depends only on the active count, so it is
+  kept per count instead of rebuilt at every re-plan (most of a re-plan's time). A trajectory
+  keeps its worker (prefix cache) unless its rank says otherwise at a step start — which is
+  after a tool call, the moment §5.3 migrates: with engines that cannot move KV the migration is
+  a re-route, the new worker recomputing the prefix.
   ``group_limit`` caps the trajectories one worker's group may hold (the DP's group limit, §5.2:
   a worker's KV capacity in trajectories); without it a group is bounded by cost alone.
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import time
 from collections.abc import Sequence
@@ -28,10 +34,16 @@ from typing import Protocol
 from workers.algorithms.heddle.latency_model import MPLatencyModel
 from workers.algorithms.heddle.migration import migration_target
 from workers.algorithms.heddle.parallelism import worker_cost
-from workers.algorithms.heddle.placement import homogeneous_workers, place_trajectories
+from workers.algorithms.heddle.placement import (
+    WorkerCost,
+    homogeneous_workers,
+    place_trajectories,
+)
 from workers.algorithms.heddle.priority import PriorityPolicy, request_priority
 from workers.router.pool import LLMWorker
 from workers.router.trajectories import TrajectoryState
+
+COSTS_KEPT = 64  # worker cost profiles kept (one per active count seen); then they restart
 
 
 class RoutingPolicy(Protocol):
@@ -109,6 +121,8 @@ class HeddlePolicy:
         self._planned_workers = 0
         self._planned_at = 0.0
         self._targets: dict[tuple[int, int], int] = {}  # (rank, active) → group, this plan
+        self._costs: dict[tuple[int, int | None], WorkerCost] = {}  # (active, group limit) → cost
+        self._replan_due = False  # a re-plan is scheduled for the loop's next turn
         self.replans = 0
 
     # ------------------------------------------------------------------ ranking
@@ -133,15 +147,26 @@ class HeddlePolicy:
                 del self._ranked[index]
 
     # ------------------------------------------------------------------ placement
+    def _cost(self, active: int, group_limit: int | None) -> WorkerCost:
+        """One worker's cost profile for ``active`` trajectories (a pure function of it)."""
+        cost = self._costs.get((active, group_limit))
+        if cost is None:
+            if len(self._costs) >= COSTS_KEPT:
+                self._costs.clear()
+            cost = worker_cost(
+                self.model, self.mp, active, batch_limit=self.batch_limit, group_limit=group_limit
+            )
+            self._costs[active, group_limit] = cost
+        return cost
+
     def _replan(self, workers: int) -> None:
         """heddle formula 3 over the active trajectories' predicted totals."""
+        self._replan_due = False
         lengths = [-key[0] for key in self._ranked]
         group_limit = self.group_limit
         if group_limit is not None:  # more trajectories than the limits hold: spread them evenly
             group_limit = max(group_limit, -(-len(lengths) // workers))
-        cost = worker_cost(
-            self.model, self.mp, len(lengths), batch_limit=self.batch_limit, group_limit=group_limit
-        )
+        cost = self._cost(len(lengths), group_limit)
         placement = place_trajectories(
             lengths, homogeneous_workers(cost, workers), max_items=self.max_items
         )
@@ -161,10 +186,30 @@ class HeddlePolicy:
         )
         return changed or time.monotonic() - self._planned_at > self.replan_s
 
+    def _replan_later(self, workers: int) -> None:
+        """Re-plan at the loop's next turn, after the current request went out (module
+        docstring); at once outside a running loop."""
+        if self._replan_due:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._replan(workers)
+            return
+        self._replan_due = True
+        loop.call_soon(self._replan_if_stale)
+
+    def _replan_if_stale(self) -> None:
+        self._replan_due = False
+        if self._stale(self._planned_workers):
+            self._replan(self._planned_workers)
+
     def choose(self, state: TrajectoryState, workers: Sequence[LLMWorker]) -> LLMWorker:
         rank = self._rank(state)
-        if self._stale(len(workers)):
-            self._replan(len(workers))
+        if len(workers) != self._planned_workers or not self.group_sizes:
+            self._replan(len(workers))  # no plan for this many workers: one is needed now
+        elif self._stale(len(workers)):
+            self._replan_later(len(workers))
         active = len(self._ranked)
         group = self._targets.get((rank, active))
         if group is None:

@@ -95,3 +95,35 @@ def test_idle_trajectories_are_forgotten_and_leave_the_ranking() -> None:
     assert table.get("quiet") is None and table.get("busy") is busy
     assert [key[1] for key in policy._ranked] == ["busy"]
     assert published[-1]["event"] == "expired" and published[-1]["trajectory"] == "quiet"
+
+
+def test_a_stale_plan_is_replanned_after_the_request_not_on_its_path() -> None:
+    import asyncio
+
+    async def scenario() -> None:
+        fleet = workers(2)
+        policy = HeddlePolicy(batch_limit=4, replan_s=3600)
+        first = trajectory("t0", 1000.0)
+        policy.choose(first, fleet)  # no plan yet: planned on the request path
+        assert policy.replans == 1
+        states = [trajectory(f"t{i}", float(1000 - 50 * i)) for i in range(1, 10)]
+        for state in states:  # the active set grows ninefold: the plan is stale
+            policy.choose(state, fleet)
+        assert policy.replans == 1  # routed on the plan they found
+        await asyncio.sleep(0)
+        assert policy.replans == 2  # one re-plan, at the loop's next turn
+        assert sum(policy.group_sizes) == 10
+        policy.choose(states[0], workers(3))  # a new worker count: planned at once
+        assert policy.replans == 3
+
+    asyncio.run(scenario())
+
+
+def test_the_worker_cost_profile_is_built_once_per_active_count() -> None:
+    policy = HeddlePolicy(batch_limit=4, replan_s=3600)
+    first = trajectory("t0", 1000.0)
+    assert policy.choose(first, workers(2)).name == "w0"
+    cost = policy._costs[1, None]
+    policy._replan(2)
+    assert policy.replans == 2
+    assert policy._costs[1, None] is cost and len(policy._costs) == 1
