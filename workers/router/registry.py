@@ -197,7 +197,8 @@ class Registry:
 
 class StatePublisher:
     """Appends trajectory state to the state stream off the request path: ``publish`` queues,
-    a task flushes every ``interval_s`` (or at ``batch`` entries) in one pipelined round trip.
+    a task flushes ``interval_s`` after the first queued entry (at once at ``batch`` entries) in
+    one pipelined round trip, and sleeps while nothing is queued (no wake-ups on an idle router).
     Redis being away costs state updates (logged, counted), never a request."""
 
     def __init__(
@@ -213,7 +214,8 @@ class StatePublisher:
         self.interval_s = interval_s
         self.batch = batch
         self._queue: list[Mapping[str, Any]] = []
-        self._wake = asyncio.Event()
+        self._queued = asyncio.Event()  # the queue is not empty
+        self._full = asyncio.Event()  # it holds ``batch`` entries
         self._task: asyncio.Task[None] | None = None
         self.published = 0
         self.dropped = 0
@@ -221,9 +223,12 @@ class StatePublisher:
     def publish(self, state: Mapping[str, Any]) -> None:
         if self.client is None:
             return
-        self._queue.append(state)
-        if len(self._queue) >= self.batch:
-            self._wake.set()
+        queue = self._queue
+        queue.append(state)
+        if len(queue) == 1:
+            self._queued.set()
+        if len(queue) >= self.batch:
+            self._full.set()
 
     async def start(self) -> None:
         if self.client is not None:
@@ -231,9 +236,12 @@ class StatePublisher:
 
     async def _run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval_s)
-            self._wake.clear()
+            await self._queued.wait()
+            if len(self._queue) < self.batch:  # gather more for the same round trip
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._full.wait(), self.interval_s)
+            self._queued.clear()
+            self._full.clear()
             await self.flush()
 
     async def flush(self) -> None:
