@@ -5,9 +5,12 @@ All trajectories start at once (one synchronous rollout batch, as the simulator 
 t = 0). Step ``k`` of a trajectory is one non-streaming ``/v1/completions`` request whose prompt
 holds the trajectory's whole context so far (prompt + earlier outputs + tool outputs, one word
 per token: the emulated engine counts words) and whose ``max_tokens`` is the trace's output
-length for that step; the tool call between steps is a sleep of the trace's tool time, scaled
-like the engine's clock. The trajectory then ends through the router (``…/end``), which frees
-its place in Heddle's ranking.
+length for that step. The context is built as a trainer builds it: the trajectory's own prompt
+(its first word names it, so no two trajectories share a prefix: the simulator keys its prefix
+cache per trajectory), then each answer's text as the engine returned it and the tool's output,
+so the engine's prefix cache finds the earlier steps as SGLang's would. The tool call between
+steps is a sleep of the trace's tool time, scaled like the engine's clock. The trajectory then
+ends through the router (``…/end``), which frees its place in Heddle's ranking.
 
 The client must not be what limits the rollout: it measures its own lag — how late each tool
 sleep wakes, and a probe that wakes every ``probe_s`` — beside the results.
@@ -74,11 +77,11 @@ class ClientRun:
         }
 
 
-def _body(record: TrajectoryRecord, model: str, context_tokens: int, output_tokens: int) -> bytes:
+def _body(record: TrajectoryRecord, model: str, context: str, output_tokens: int) -> bytes:
     return json.dumps(
         {
             "model": model,
-            "prompt": "x " * context_tokens,
+            "prompt": context,
             "max_tokens": output_tokens,
             "loom_trajectory": record.trajectory_id,
             "loom_prompt": record.prompt_id,
@@ -98,7 +101,7 @@ async def _play(
     late: list[float],
 ) -> PlayedTrajectory:
     played = PlayedTrajectory(record.trajectory_id)
-    context = record.prompt_tokens
+    context = f"t{record.trajectory_id}" + " x" * (record.prompt_tokens - 1)
     try:
         for index, step in enumerate(record.steps):
             body = _body(record, model, context, step.output_tokens)
@@ -106,14 +109,15 @@ async def _play(
             payload = await response.read()
             if response.status != 200:
                 raise RuntimeError(f"step {index}: HTTP {response.status}: {payload[:200]!r}")
-            played.tokens += int(json.loads(payload)["usage"]["completion_tokens"])
+            answer = json.loads(payload)
+            played.tokens += int(answer["usage"]["completion_tokens"])
             played.steps += 1
             if index + 1 < len(record.steps):  # the last step ends the trajectory: no tool
                 pause = step.tool_seconds * time_scale
                 wake = time.perf_counter() + pause
                 await asyncio.sleep(pause)
                 late.append(max(0.0, time.perf_counter() - wake))
-            context += step.output_tokens + step.tool_output_tokens
+            context += answer["choices"][0]["text"] + " y" * step.tool_output_tokens
         played.finished_at = time.perf_counter() - started
         end = await upstream.request(
             "POST", f"/v1/loom/trajectories/{record.trajectory_id}/end",

@@ -29,14 +29,10 @@ class BusyClockEngine(EmulatedEngine):
         self.busy_wall_s = 0.0
         self._busy_since: float | None = None
 
-    def submit(
-        self, rid: str, *, prompt_tokens: int, max_tokens: int | None, priority: int = 0
-    ) -> EngineRequest:
+    def submit(self, rid: str, **request: Any) -> EngineRequest:
         if self._busy_since is None:
             self._busy_since = time.monotonic()
-        return super().submit(
-            rid, prompt_tokens=prompt_tokens, max_tokens=max_tokens, priority=priority
-        )
+        return super().submit(rid, **request)
 
     def _advance(
         self, prefills: list[tuple[EngineRequest, int]], seconds: float, decode: int
@@ -56,6 +52,8 @@ class BusyClockEngine(EmulatedEngine):
             "prompt_tokens": stats.prompt_tokens,
             "requests_finished": stats.requests_finished,
             "preemptions": stats.preemptions,
+            "prefill_tokens": stats.prefill_tokens,
+            "cached_prompt_tokens": stats.cached_prompt_tokens,
             "steps": stats.steps,
             "idle": self._busy_since is None,
         }

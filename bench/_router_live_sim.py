@@ -12,10 +12,10 @@ The live policies and their simulated counterparts:
   do, FIFO. The simulator's rollout has no per-request round-robin placement, so
   :class:`_RoundRobinRollout` supplies it (the one routing decision overridden).
 
-Worker model: the emulated engine keeps no prefix cache — every step prefills its whole context
-— while the simulator's worker keeps one per trajectory (SGLang's radix cache). The prediction
-the target reads runs the simulated workers without it (:class:`_NoPrefixCache`), the way the
-live engine serves; the simulator's default, with the cache, is reported beside it.
+Worker model: the simulator's worker keeps a prefix cache per trajectory (SGLang's radix cache),
+as the emulated engine now does (``workers.engine.prefix_cache``); ``prefix_cache=False``
+(:class:`_NoPrefixCache`) runs them without one — every step prefills its whole context — the
+way the emulated engine served before it kept a cache (``--disable-radix-cache``).
 """
 
 from __future__ import annotations

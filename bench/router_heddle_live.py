@@ -22,8 +22,9 @@ Policies (``workers/router/policies.py``), all behind the same router and predic
   §5.2–§5.3);
 - ``round_robin``: every request to the next worker (the SGLang router's ``round_robin``);
 - ``least_load``: every request to the worker with the fewest requests in flight through the
-  router (the SGLang router's load signal is requests, not tokens; no prefix cache in these
-  engines gives cache-aware routing nothing to win).
+  router (the SGLang router's load signal is requests, not tokens). Since the engines keep a
+  prefix cache (``SETTINGS``), SGLang's ``cache_aware`` routing is the baseline this list lacks:
+  the live router has no such policy yet.
 
 Predictor: the prompt-history prior fitted on epoch 0, in the router and in the simulator alike.
 The progressive model (gradient-boosted trees) costs the router one scikit-learn call per
@@ -35,8 +36,9 @@ warm engines, a fresh router each; ratios are taken within a repeat and the medi
 is reported. Rollout throughput = output tokens / makespan (the last trajectory's end).
 
 The simulator's prediction: the same trace, policies, predictor and worker model
-(``bench._router_live_sim``: MP 1 workers with the same cap; no prefix cache, as the emulated
-engine keeps none — the simulator's default with the cache is reported beside it). Targets:
+(``bench._router_live_sim``: MP 1 workers with the same cap, each with a prefix cache per
+trajectory as the emulated engines keep one — the prediction without it, what the runs before
+``engine_prefix_cache`` read, is reported beside it). Targets:
 the predicted ratio within 20 % of the live one, for Heddle/round-robin and Heddle/least-load;
 every trajectory of every run completed.
 
@@ -82,12 +84,20 @@ PREDICTION_TARGET = 0.20  # |predicted ratio / live ratio − 1|, the issue's ta
 # heddle_replan / heddle_moves: two runs tried a §5.3-literal live policy (the DP re-solved only
 # for arrivals; a trajectory moved only when its prediction or the plan changed); the router's
 # policy as built (re-solved as the active set changes, every step routed by rank) is final.
+# engine_prefix_cache: the runs before it served with no prefix cache (every step prefilled its
+# whole context) and read the simulator's prediction without one; the emulated engine now keeps
+# SGLang's radix cache, as the simulator's workers do, and the prediction is the cached one.
 SETTINGS: dict[str, Any] = {
     "heddle_group_limit": TRAJECTORIES_PER_WORKER,
     "heddle_replan": "active_set_change",
     "heddle_moves": "every_step",
+    "engine_prefix_cache": True,
 }
-EARLIEST_SETTINGS: dict[str, Any] = {**SETTINGS, "heddle_group_limit": None}
+EARLIEST_SETTINGS: dict[str, Any] = {
+    **SETTINGS,
+    "heddle_group_limit": None,
+    "engine_prefix_cache": False,
+}
 
 
 @dataclass(frozen=True)
@@ -235,6 +245,10 @@ def live_run(
                            for a, b in zip(engines_after, engines_before, strict=True)),
         "prompt_tokens": sum(a["prompt_tokens"] - b["prompt_tokens"]
                              for a, b in zip(engines_after, engines_before, strict=True)),
+        "prefill_tokens": sum(a["prefill_tokens"] - b["prefill_tokens"]
+                              for a, b in zip(engines_after, engines_before, strict=True)),
+        "cached_prompt_tokens": sum(a["cached_prompt_tokens"] - b["cached_prompt_tokens"]
+                                    for a, b in zip(engines_after, engines_before, strict=True)),
     }  # fmt: skip
 
 
@@ -246,6 +260,8 @@ def _ratios(rows: dict[str, dict[str, Any]], key: str) -> dict[str, float]:
 def _start_engines(time_scale: float) -> list[tuple[subprocess.Popen[str], str]]:
     args = ["bench._router_live_engine", "--port", "0", "--model-name", MODEL]
     args += ["--max-running-requests", str(RUNNING_CAP), "--time-scale", str(time_scale)]
+    if not SETTINGS["engine_prefix_cache"]:
+        args.append("--disable-radix-cache")
     return [start_process(args) for _ in range(WORKERS)]
 
 
@@ -262,7 +278,10 @@ def run(quick: bool) -> BenchReport:
     history = workload.planner_history
     matched = simulate(records, scenario, predictor, history, prefix_cache=False)
     cached = simulate(records, scenario, predictor, history, prefix_cache=True)
-    simulated = {p: summary(matched[p]) for p in POLICIES}
+    without_cache = {p: summary(matched[p]) for p in POLICIES}
+    with_cache = {p: summary(cached[p]) for p in POLICIES}
+    # the prediction the target reads: the simulated workers as the live engines serve
+    simulated = with_cache if SETTINGS["engine_prefix_cache"] else without_cache
     predicted = _ratios(simulated, "throughput_tokens_per_model_s")
     report = BenchReport(
         benchmark=NAME,
@@ -278,7 +297,12 @@ def run(quick: bool) -> BenchReport:
             "time_scale_wall_per_model_s": plan.time_scale,
             "repeats": plan.repeats,
             "engine": "emulated, Qwen3-14B/H100 context model, MP 1, preemptive priority, "
-            "no prefix cache",
+            + (
+                "prefix cache (SGLang's radix cache, 16-token blocks; each trajectory's prompt "
+                "its own, as the simulator keys its cache per trajectory)"
+                if SETTINGS["engine_prefix_cache"]
+                else "no prefix cache"
+            ),
             "router": "open mode (no Redis registry), a fresh router per run",
             "predictor": "prompt-history prior fitted on epoch 0 (router and simulator)",
             "progressive_predict_ms_per_call": progressive_predict_ms(workload),
@@ -290,12 +314,13 @@ def run(quick: bool) -> BenchReport:
     )
     report.series["earlier_settings"] = earlier_settings(RESULTS_DIR / f"{NAME}.json", SETTINGS)
     report.series["simulated"] = {
-        "no_prefix_cache": simulated,
-        "with_prefix_cache": {p: summary(cached[p]) for p in POLICIES},
+        "no_prefix_cache": without_cache,
+        "with_prefix_cache": with_cache,
         "predicted_ratios": predicted,
-        "predicted_ratios_with_prefix_cache": _ratios(
-            {p: summary(cached[p]) for p in POLICIES}, "throughput_tokens_per_model_s"
+        "predicted_ratios_without_prefix_cache": _ratios(
+            without_cache, "throughput_tokens_per_model_s"
         ),
+        "predicted_ratios_with_prefix_cache": _ratios(with_cache, "throughput_tokens_per_model_s"),
     }
     repeats: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="loom-router-live-") as scratch:

@@ -41,6 +41,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--no-preemption", action="store_true", help="priority orders the queue only"
     )
+    parser.add_argument(
+        "--disable-radix-cache",
+        action="store_true",
+        help="emulated: keep no prefix cache (SGLang's flag of the same name)",
+    )
     return parser.parse_args(argv)
 
 
@@ -57,6 +62,7 @@ def make_engine(args: argparse.Namespace) -> tuple[Engine, str]:
         max_batch=args.max_running_requests,
         mp=args.tp,
         preemptive=not args.no_preemption,
+        prefix_cache=not args.disable_radix_cache,
         time_scale=args.time_scale,
         seed=args.seed,
     )

@@ -246,12 +246,14 @@ class EngineApp:
             if stats.generation_tokens
             else 0.0
         )
+        admitted_tokens = stats.cached_prompt_tokens + stats.prefill_tokens
+        cache_hit_rate = stats.cached_prompt_tokens / admitted_tokens if admitted_tokens else 0.0
         rows = [
             ("sglang:num_running_reqs", "gauge", engine.num_running),
             ("sglang:num_queue_reqs", "gauge", engine.num_queued),
             ("sglang:num_used_tokens", "gauge", engine.kv_tokens),
             ("sglang:token_usage", "gauge", engine.token_usage),
-            ("sglang:cache_hit_rate", "gauge", 0.0),
+            ("sglang:cache_hit_rate", "gauge", cache_hit_rate),
             ("sglang:gen_throughput", "gauge", throughput),
             ("sglang:time_per_output_token_seconds", "gauge", tpot),
             ("sglang:prompt_tokens_total", "counter", stats.prompt_tokens),

@@ -16,6 +16,11 @@ room for its context + ``admission_reserve_tokens`` per running request), runnin
 strictly outranks are preempted to admit it — all or nothing, lowest priority and latest admitted
 first (:mod:`workers.algorithms.heddle.preemption`, the rule the simulator's worker follows); a
 victim goes back to pending and re-prefills its context when it resumes.
+
+Prefix cache: as SGLang's radix cache (on by default), the KV of a request that stops running —
+finished, aborted or preempted — stays cached (:mod:`workers.engine.prefix_cache`), so a request
+whose prompt starts with a cached sequence (a trajectory's next step, a resumed victim) prefills
+only the rest; ``prefix_cache=False`` is SGLang's ``--disable-radix-cache``.
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ import itertools
 import math
 import random
 import time
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from workers.algorithms.heddle.preemption import preemption_key, victims_to_admit
 from workers.algorithms.heddle.priority import PriorityQueue, should_preempt
 from workers.engine.openai_api import GenerationSpec, filler_text
+from workers.engine.prefix_cache import DEFAULT_BLOCK_TOKENS, PrefixCache, block_chain
 from workers.sim.llm.cost import ContextCost, EngineCost
 from workers.sim.llm.latency import ContextLatencyModel
 from workers.sim.llm.worker import ADMISSION_RESERVE_TOKENS
@@ -71,6 +78,13 @@ class EngineRequest:
     finished_at: float | None = None
     preemptions: int = 0
     admitted_seq: int = 0  # when it last joined the batch (the preemption order's tie-break)
+    # The prompt as tokens (words of a text prompt, or token ids), for the prefix cache; empty:
+    # not cacheable. While running: the chain it matched, the tokens it found cached, and the
+    # prefill cost per token of the rest (the simulator's worker's rate, ``ContextCost``).
+    tokens: tuple[Hashable, ...] = ()
+    matched_chain: list[int] = field(default_factory=list, repr=False)
+    cached_tokens: int = 0
+    prefill_seconds_per_token: float = 0.0
     _waiter: asyncio.Future[None] | None = field(default=None, repr=False)
 
     @property
@@ -101,6 +115,8 @@ class EngineStats:
     busy_seconds: float = 0.0
     last_step_seconds: float = 0.0
     decode_token_seconds_sum: float = 0.0  # per-output-token time, summed over tokens
+    prefill_tokens: int = 0  # tokens prefilled at admissions (what the prefix cache did not hold)
+    cached_prompt_tokens: int = 0  # tokens found in the prefix cache at admissions
 
 
 @dataclass(frozen=True)
@@ -119,10 +135,14 @@ class EngineConfig:
     default_length_sigma: float = 1.0
     default_length_cap: int = 4096
     admission_reserve_tokens: int = ADMISSION_RESERVE_TOKENS
+    prefix_cache: bool = True
+    prefix_block_tokens: int = DEFAULT_BLOCK_TOKENS
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
             raise ValueError("max_batch must be >= 1")
+        if self.prefix_block_tokens < 1:
+            raise ValueError("prefix_block_tokens must be >= 1")
         if not self.time_scale > 0:
             raise ValueError("time_scale must be > 0")
 
@@ -176,6 +196,9 @@ class EmulatedEngine(RequestBook):
         self._rng = random.Random(self.config.seed)
         self._running_order = PriorityQueue(highest_first=False)  # the lowest priority on top
         self._admissions = itertools.count(1)
+        self.prefix_cache = (
+            PrefixCache(self.config.prefix_block_tokens) if self.config.prefix_cache else None
+        )
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -203,8 +226,16 @@ class EmulatedEngine(RequestBook):
         return max(1, min(cfg.default_length_cap, round(value)))
 
     def submit(
-        self, rid: str, *, prompt_tokens: int, max_tokens: int | None, priority: int = 0
+        self,
+        rid: str,
+        *,
+        prompt_tokens: int,
+        max_tokens: int | None,
+        priority: int = 0,
+        tokens: Sequence[Hashable] = (),
     ) -> EngineRequest:
+        """Queue a request; ``tokens``: its prompt as tokens, for the prefix cache (empty: the
+        emulation knows only its length, and nothing of it is cached)."""
         if rid in self._requests:
             raise EngineBusy(f"request id {rid!r} is already running")
         if prompt_tokens + self.config.admission_reserve_tokens > self.kv_capacity:
@@ -220,6 +251,7 @@ class EmulatedEngine(RequestBook):
             priority=priority,
             stop_at_length_is_eos=max_tokens is None,
             arrival=time.monotonic(),
+            tokens=tuple(tokens),
         )
         self._requests[rid] = request
         if length <= 0:
@@ -231,10 +263,12 @@ class EmulatedEngine(RequestBook):
         return request
 
     def submit_spec(self, rid: str, spec: GenerationSpec) -> EngineRequest:
-        """``submit`` for an HTTP request: the emulation needs only the prompt's length."""
+        """``submit`` for an HTTP request: the prompt's length, and its tokens for the prefix
+        cache (a text prompt's words, as ``count_tokens`` counts them, or its token ids)."""
+        tokens = spec.prompt.split() if isinstance(spec.prompt, str) else spec.prompt
         return self.submit(
             rid, prompt_tokens=spec.prompt_tokens, max_tokens=spec.max_tokens,
-            priority=spec.priority,
+            priority=spec.priority, tokens=tokens,
         )  # fmt: skip
 
     def text(self, request: EngineRequest, start: int, end: int) -> str:
@@ -249,6 +283,7 @@ class EmulatedEngine(RequestBook):
         self._pending.remove(rid)
         if self._running.pop(rid, None) is not None:
             self._running_order.remove(rid)
+            self._leave_batch(request)
         self._end(request, FINISH_ABORT)
         return True
 
@@ -275,11 +310,49 @@ class EmulatedEngine(RequestBook):
         )
 
     def _admit_one(self, rid: str, priority: float) -> None:
+        """``rid`` joins the batch: it prefills what the prefix cache does not hold of its
+        context (a resumed victim recomputes what was evicted since)."""
         request = self._requests[rid]
-        request.prefill_left = request.context_tokens  # a resumed request recomputes its prefix
+        cached = 0
+        if self.prefix_cache is not None and request.tokens:
+            request.matched_chain = block_chain(
+                self._sequence(request), self.prefix_cache.block_tokens
+            )
+            # at least one token is computed, as in SGLang: it yields the next token's logits
+            cached = self.prefix_cache.acquire(request.matched_chain, request.context_tokens - 1)
+        request.cached_tokens = cached
+        request.prefill_left = request.context_tokens - cached
+        request.prefill_seconds_per_token = self.cost.prefill_seconds_per_token(
+            request.prefill_left, cached
+        )
+        self.stats.cached_prompt_tokens += cached
+        self.stats.prefill_tokens += request.prefill_left
         request.admitted_seq = next(self._admissions)
         self._running[rid] = request
         self._running_order.push(rid, priority)
+
+    @staticmethod
+    def _sequence(request: EngineRequest) -> tuple[Hashable, ...]:
+        """Its tokens so far: the prompt's, then the answer's (the filler the emulation emits)."""
+        if not request.generated:
+            return request.tokens
+        return request.tokens + tuple(filler_text(0, request.generated).split())
+
+    def _leave_batch(self, request: EngineRequest) -> None:
+        """``request`` stopped running (finished, aborted or preempted): its KV goes to the
+        prefix cache, and the cache is trimmed to what the running requests leave free."""
+        cache = self.prefix_cache
+        if cache is None or not request.tokens:
+            return
+        sequence = block_chain(self._sequence(request), cache.block_tokens)
+        cache.release(request.matched_chain, request.cached_tokens, sequence)
+        request.matched_chain, request.cached_tokens = [], 0
+        self._trim_cache()
+
+    def _trim_cache(self) -> None:
+        if self.prefix_cache is not None:
+            committed = sum(r.context_tokens for r in self._running.values())
+            self.prefix_cache.trim(self.kv_capacity - committed)
 
     def _preempt(self, victim: EngineRequest) -> None:
         priority = self._running_order.priority_of(victim.rid)
@@ -288,12 +361,17 @@ class EmulatedEngine(RequestBook):
         victim.preemptions += 1
         self.stats.preemptions += 1
         self._pending.push(victim.rid, priority)
+        self._leave_batch(victim)
 
     def _schedule(self) -> None:
         """Fill the batch from the pending queue, preempting where heddle Alg. 1 says so.
 
         KV is counted as admission reserves it: a running request's whole context, even the part
         still to be prefilled (SGLang allocates a request's prefill when it admits it)."""
+        self._fill()
+        self._trim_cache()
+
+    def _fill(self) -> None:
         kv_used = float(sum(r.context_tokens for r in self._running.values()))
         while self._pending:
             rid, priority = self._pending.peek()
@@ -355,8 +433,9 @@ class EmulatedEngine(RequestBook):
         seconds = self.cost.base_step_seconds(decode, prefill_tokens) + kv * (
             self.cost.kv_seconds_per_token
         )
-        if prefill_tokens:
-            seconds += prefill_tokens * self.cost.prefill_seconds_per_token(prefill_tokens, 0.0)
+        # each request's chunk at its own rate: its prefill after its cached prefix (the
+        # simulator's worker charges the same)
+        seconds += sum(take * request.prefill_seconds_per_token for request, take in prefills)
         return seconds, prefills, decode
 
     async def _decode_loop(self) -> None:
@@ -410,5 +489,6 @@ class EmulatedEngine(RequestBook):
         for request in finished:
             del self._running[request.rid]
             self._running_order.remove(request.rid)
+            self._leave_batch(request)
             reason = FINISH_STOP if request.stop_at_length_is_eos else FINISH_LENGTH
             self._end(request, reason)
