@@ -15,6 +15,7 @@ import asyncio
 import logging
 import math
 import random
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -108,6 +109,10 @@ class DemoWorkload:
         # Each trajectory's wait for its action holds a thread of its own, never one of the
         # event loop's default threads that the rest of the process needs.
         self._waiters = ThreadPoolExecutor(concurrent_trajectories, thread_name_prefix="demo-wait")
+        # Set when the workload stops: a waiter thread gives up its action's wait within a
+        # second, so the process exits at once on Ctrl-C instead of joining waits for actions
+        # that the stopped runtime will never end.
+        self._stopping = threading.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
         await asyncio.to_thread(ensure_demo_tools, self.pool)
@@ -117,12 +122,16 @@ class DemoWorkload:
         slots = [
             asyncio.create_task(self._trajectory_loop(stop, i)) for i in range(self.concurrent)
         ]
-        await stop.wait()
-        for slot in slots:
-            slot.cancel()
-        await asyncio.gather(*slots, return_exceptions=True)
-        if self._http is not None:
-            await self._http.aclose()
+        try:
+            await stop.wait()
+        finally:
+            self._stopping.set()
+            for slot in slots:
+                slot.cancel()
+            await asyncio.gather(*slots, return_exceptions=True)
+            self._waiters.shutdown(wait=False, cancel_futures=True)
+            if self._http is not None:
+                await self._http.aclose()
 
     async def _trajectory_loop(self, stop: asyncio.Event, slot: int) -> None:
         while not stop.is_set():
@@ -273,7 +282,7 @@ class DemoWorkload:
             with get_notifier().subscribe(action.pk) as subscription:
                 for _ in range(seconds):
                     action.refresh_from_db(fields=["status"])
-                    if action.is_terminal:
+                    if action.is_terminal or self._stopping.is_set():
                         break
                     subscription.wait(1.0)
             action.refresh_from_db()
