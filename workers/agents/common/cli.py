@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import socket
 
@@ -13,10 +14,20 @@ from workers.transport.streams import StreamNames
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    # The environment the web, schedulers and router read (README "Configuration"), so one
+    # LOOM_STREAM_PREFIX reaches every process; a flag still wins.
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+        help="env REDIS_URL",
+    )
     parser.add_argument("--pool", required=True, help="resource pool this node serves")
     parser.add_argument("--node-id", default=socket.gethostname())
-    parser.add_argument("--stream-prefix", default="loom", help="key prefix of the streams")
+    parser.add_argument(
+        "--stream-prefix",
+        default=os.environ.get("LOOM_STREAM_PREFIX", "loom"),
+        help="key prefix of the streams; env LOOM_STREAM_PREFIX",
+    )
     parser.add_argument("--heartbeat-interval", type=float, default=2.0, help="seconds")
     parser.add_argument("--reclaim-interval", type=float, default=2.0, help="seconds")
     parser.add_argument(
