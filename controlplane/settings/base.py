@@ -238,5 +238,12 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        # Django's own console handler (DEBUG only) printed every django.* record a second
+        # time beside the root's; the root handler alone now writes them.
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
+        # One INFO line per HTTP request an httpx client makes (the demo's LLM turns).
+        "httpx": {"level": "WARNING"},
+    },
 }
