@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -181,6 +182,10 @@ async def main(args: argparse.Namespace) -> None:
         await feed.start()
     if live is not None:
         await live.start()
+    # What exists now (modules, the predictor, the policy) lives as long as the process: kept
+    # out of the collector's full passes, which otherwise walk all of it while every stream in
+    # flight waits.
+    gc.freeze()
     print(f"router ({args.policy}) serving {', '.join(models)} on {server.url}", flush=True)
 
     async def sweep() -> None:

@@ -166,6 +166,7 @@ class Forwarder:
         finally:
             watcher.cancel()
             self._close(state, flight)
+            flight.response = None  # response → relay → flight → response: freed without the GC
             now = time.monotonic()
             first = step.first_at or now
             self.table.step_finished(

@@ -214,6 +214,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.server.connections.discard(self)
+        del self.parser  # it holds this protocol's callbacks: a cycle left to the collector
         if not self.disconnected.done():
             self.disconnected.set_result(None)
         self.resume_writing()
@@ -303,6 +304,10 @@ class _Connection(asyncio.Protocol):
                 self.transport.close()
                 self.closed = True
             return
+        finally:
+            # The scope's raw stream is the request itself: a cycle only the collector's full
+            # pass would free (requests outlive its young generations), paused the loop for.
+            request.scope.pop("extensions", None)
         if not request.done and not self.closed:  # the app ended without finishing its answer
             log.error("the router app left %s %s unanswered", request.scope["method"],
                       request.scope["path"])  # fmt: skip

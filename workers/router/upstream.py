@@ -55,6 +55,7 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         self.upstream._connections.discard(self)
         self._fail(UpstreamLost(f"worker connection lost: {exc or 'closed'}"))
+        del self.parser  # it holds this protocol's callbacks: a cycle left to the collector
 
     def _fail(self, error: Exception) -> None:
         self.lost = error
