@@ -206,7 +206,15 @@ class Client:
     def end_trajectory(
         self, trajectory_id: int, *, status: str = "finished", reward: float | None = None
     ) -> trajectories.Trajectory:
-        """End it (finished, aborted or failed) with its reward; the router then refuses it."""
+        """End it (finished, aborted or failed) with its reward; the router then refuses it.
+        With ``llm_url``, on the router first (see ``trajectories.router_end``); a router that
+        cannot be reached does not keep the trajectory from ending."""
+        if self._llm is not None:
+            path, body = trajectories.router_end(trajectory_id, status)
+            headers = trajectories.llm_headers(self._api_key, trajectory_id)
+            with contextlib.suppress(httpx.TransportError):
+                response = self._llm.post(path, json=body, headers=headers)
+                trajectories.router_end_answered(response)
         request = trajectories.end_request(trajectory_id, status, reward)
         return trajectories.parse_trajectory(self._send(request))
 

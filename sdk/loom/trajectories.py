@@ -88,6 +88,24 @@ def end_request(trajectory_id: int, status: str, reward: float | None) -> Reques
     return Request("PATCH", f"{TRAJECTORIES}/{trajectory_id}/", json=body)
 
 
+def router_end(trajectory_id: int, status: str) -> tuple[str, dict[str, Any]]:
+    """The router's end of a trajectory (path, body): ``abort`` for an aborted one, else ``end``.
+
+    Ending on the router before the REST API makes it publish the trajectory's final state,
+    the only one carrying its step records (the length predictor's training data, heddle
+    §4.1), and forget it; a trajectory ended on the REST API alone is refused by the router
+    but its steps never reach the control plane."""
+    if status == "aborted":
+        return f"/v1/loom/trajectories/{trajectory_id}/abort", {}
+    return f"/v1/loom/trajectories/{trajectory_id}/end", {"status": status}
+
+
+def router_end_answered(response: httpx.Response) -> None:
+    """A 404 is an answer too: the router never routed the trajectory (or already ended it)."""
+    if response.status_code != 404:
+        raise_for_llm_status(response)
+
+
 def parse_trajectory(response: httpx.Response) -> Trajectory:
     return Trajectory.from_api(response.json())
 

@@ -12,6 +12,7 @@ import pytest
 from loom import Client, LoomError
 
 from apps.embedded.llm import EmbeddedLlm
+from apps.trajectories.models import Trajectory
 from controlplane.wsgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -89,3 +90,48 @@ async def test_turns_of_an_ended_or_foreign_trajectory_are_refused(
         await llm.stop()
         mine.close()
         theirs.close()
+
+
+async def test_ending_right_after_a_turn_keeps_the_routers_steps(
+    job_actor: Any, settings: Any, tmp_path: Path
+) -> None:
+    """A trainer ends a trajectory as soon as its last turn returns: the router's record of its
+    steps (the length predictor's training data) still reaches the row."""
+    settings.VAR_DIR = str(tmp_path)
+    llm = EmbeddedLlm(port=0, slots=1)
+    await llm.start()
+    client = Client(
+        "http://testserver",
+        job_actor.raw_key,
+        transport=httpx.WSGITransport(app=application),
+        llm_url=llm.url,
+    )
+    try:
+        created = await asyncio.to_thread(client.create_trajectory, prompt_id="p")
+
+        def turn_then_end() -> Any:
+            client.generate(
+                created.id, MESSAGES, model=llm.model_name, max_tokens=8, ignore_eos=True, seed=1
+            )
+            return client.end_trajectory(created.id, reward=1.0)
+
+        ended = await asyncio.to_thread(turn_then_end)
+        assert (ended.status, ended.reward) == ("finished", 1.0)
+    finally:
+        await llm.stop()  # flushes the router's state to the row
+        client.close()
+    row = await Trajectory.objects.aget(pk=created.id)
+    assert row.status == "finished" and row.reward == 1.0
+    assert row.step_records == [[8, 0.0]]
+
+
+def test_a_router_that_cannot_be_reached_does_not_keep_a_trajectory_from_ending(
+    job_actor: Any,
+) -> None:
+    transport = httpx.WSGITransport(app=application)
+    with Client(
+        "http://testserver", job_actor.raw_key, transport=transport, llm_url="http://127.0.0.1:9"
+    ) as client:
+        created = client.create_trajectory()
+        ended = client.end_trajectory(created.id, status="aborted")
+    assert ended.status == "aborted"
