@@ -114,6 +114,15 @@ def suspicious_field(exc: SuspiciousOperation) -> str:
     return "request"
 
 
+def suspicious_reason(exc: SuspiciousOperation) -> str:
+    """Django's reason, naming the setting an operator of Loom sets (its environment variable,
+    not Django's ``ALLOWED_HOSTS``)."""
+    reason = str(exc) or "refused as suspicious"
+    if isinstance(exc, DisallowedHost):
+        return reason.replace("to ALLOWED_HOSTS.", "to LOOM_ALLOWED_HOSTS (comma-separated).")
+    return reason
+
+
 def _set_rollback() -> None:
     # Imported late: rest_framework.views loads the parser classes, and our parser imports this
     # module, so importing it at the top fails whenever this module is imported first.
@@ -156,7 +165,7 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
         _set_rollback()
         exc = ApiError(field=BODY, reason=f"a value does not fit the database: {exc}".strip())
     elif isinstance(exc, SuspiciousOperation):
-        exc = ApiError(field=suspicious_field(exc), reason=str(exc) or "refused as suspicious")
+        exc = ApiError(field=suspicious_field(exc), reason=suspicious_reason(exc))
     if not isinstance(exc, exceptions.APIException):
         request = context.get("request")
         request_logger.error(
@@ -205,7 +214,7 @@ def error_response(*, field: str, reason: str, status_code: int) -> JsonResponse
 def bad_request_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """handler400: what Django refuses before a view runs (a bad Host, too many fields)."""
     if isinstance(exception, SuspiciousOperation):
-        field, reason = suspicious_field(exception), str(exception) or "refused as suspicious"
+        field, reason = suspicious_field(exception), suspicious_reason(exception)
     else:
         field, reason = "request", "bad request"
     return error_response(field=field, reason=reason, status_code=400)

@@ -23,6 +23,7 @@ from controlplane.api.errors import (
     SERVER_ERROR_REASON,
     error_response,
     suspicious_field,
+    suspicious_reason,
 )
 from controlplane.api.query import unknown_query_param
 
@@ -57,7 +58,8 @@ class ApiErrorsMiddleware:
             request.get_host()
             request.GET  # noqa: B018  (parse now: TooManyFieldsSent is a 400 of ours)
         except SuspiciousOperation as error:
-            return error_response(field=suspicious_field(error), reason=str(error), status_code=400)
+            field, reason = suspicious_field(error), suspicious_reason(error)
+            return error_response(field=field, reason=reason, status_code=400)
         if request.method not in ("GET", "HEAD") and self.slash_check.should_redirect_with_slash(
             request
         ):
