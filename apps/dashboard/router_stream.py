@@ -7,14 +7,17 @@ The router appends each trajectory's whole state to ``{prefix}:router:trajectory
 migrations of a trajectory, and the candidates of a DARTS group rollout (router-side trajectories
 with ids ``<group>/<prompt>/<sample>``, never rows). The page reads the newest entries, newest
 first a page at a time (``XREVRANGE``; the control plane's consumer group is untouched), keeping
-the newest state of each trajectory. Without Redis (the embedded mode) there is nothing to read.
+the newest state of each trajectory. Without Redis (the embedded mode) the router runs in this
+process and hands its states to ``router_states_keep``; the page reads the newest of those.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +34,25 @@ STATE_PAGE = 500
 ROUTER_GROUP_LIMIT = 20
 ENDED = frozenset({"finished", "aborted", "failed"})
 
+# The embedded router's states, oldest first (None: no router in this process).
+_in_process: deque[Mapping[str, Any]] | None = None
+_in_process_lock = threading.Lock()
+
+
+def router_states_keep(states: Iterable[Mapping[str, Any]]) -> None:
+    """Keep the newest states of a router running in this process (the embedded mode, which has
+    no stream), as many as a page view reads of the stream."""
+    global _in_process
+    with _in_process_lock:
+        if _in_process is None:
+            _in_process = deque(maxlen=STATE_SCAN)
+        _in_process.extend(states)
+
+
+def _in_process_newest_first() -> list[Mapping[str, Any]] | None:
+    with _in_process_lock:
+        return None if _in_process is None else list(reversed(_in_process))
+
 
 @dataclass
 class RouterStreamView:
@@ -43,7 +65,7 @@ class RouterStreamView:
 
 
 def _visit(
-    state: dict[str, Any], wanted: set[str], job: str | None, view: RouterStreamView
+    state: Mapping[str, Any], wanted: set[str], job: str | None, view: RouterStreamView
 ) -> None:
     """Keep the entry if it is the newest seen of a wanted row or of a group candidate."""
     trajectory = str(state.get("trajectory", ""))
@@ -58,7 +80,7 @@ def _visit(
         and trajectory not in view.candidates
         and (job is None or str(state.get("job")) == job)
     ):
-        view.candidates[trajectory] = state
+        view.candidates[trajectory] = dict(state)
 
 
 def router_stream_read(
@@ -66,11 +88,17 @@ def router_stream_read(
 ) -> RouterStreamView | None:
     """The newest router states of ``trajectory_ids`` and of the group candidates (of ``job_id``
     when given); None when no Redis is configured or it cannot be read."""
-    client = configured_redis()
-    if client is None:
-        return None
     wanted = {str(pk) for pk in trajectory_ids}
     job = str(job_id) if job_id is not None else None
+    client = configured_redis()
+    if client is None:
+        kept = _in_process_newest_first()
+        if kept is None:
+            return None
+        view = RouterStreamView(scanned=len(kept))
+        for state in kept:
+            _visit(state, wanted, job, view)
+        return view
     stream = RegistryNames(key_prefix()).trajectory_state
     view = RouterStreamView()
     newest_unread = "+"

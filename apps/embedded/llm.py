@@ -4,7 +4,8 @@ Production runs ``python -m workers.engine`` per LLM worker and ``python -m work
 front of them, both reading the control plane's keys and trajectories from Redis. The embedded
 mode has no Redis, so the same router answers from the database instead (``DatabaseRegistry``)
 and the trajectory state it publishes is written to the rows directly (``router_states_apply``,
-what the production drain applies). The engine is llama.cpp decoding the project's own small
+what the production drain applies) and kept for the Rollouts page (``router_states_keep``, what
+it reads of the production stream). The engine is llama.cpp decoding the project's own small
 model (``workers.engine.tiny_model``), written under ``var/models`` on first use.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 
 from django.conf import settings
 
+from apps.dashboard.router_stream import router_states_keep
 from apps.jobs.authentication import hash_key
 from apps.jobs.router_keys import router_keys_served
 from apps.trajectories.router_registry import router_trajectories_served
@@ -107,6 +109,7 @@ class EmbeddedLlm:
     async def _flush(self) -> None:
         states, self._states[:] = list(self._states), []
         if states:
+            router_states_keep(states)  # the Rollouts page's priorities and group rollouts
             try:
                 await asyncio.to_thread(router_states_apply, states)
             except Exception:
