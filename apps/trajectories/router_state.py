@@ -25,10 +25,9 @@ import redis
 from apps.trajectories.models import Trajectory, TrajectoryStatus
 from apps.trajectories.router_control import llm_worker_reports_apply
 from apps.trajectories.services import (
-    RECORD_FIELDS,
     UPDATABLE_FIELDS,
     TrajectoryUpdateError,
-    trajectory_records_complete,
+    trajectory_final_state_keep,
     trajectory_update,
 )
 from controlplane.redis_client import configured_redis, key_prefix
@@ -128,8 +127,8 @@ def router_states_apply(states: Iterable[Mapping[str, Any]]) -> Drained:
                 trajectory_update(trajectory_id=trajectory_id, changes=changes)
         except ValueError as error:  # TrajectoryUpdateError included
             # an ended trajectory, a count that went back (the REST API moved it meanwhile);
-            # an ended one still takes the step records of the router's final snapshot
-            if not _late_records_kept(trajectory_id, error, changes):
+            # an ended one still takes what the router's late state adds to it
+            if not _late_state_kept(trajectory_id, error, changes):
                 log.info("router state of trajectory %s not applied: %s", trajectory_id, error)
                 outcome.skipped += 1
                 continue
@@ -137,14 +136,13 @@ def router_states_apply(states: Iterable[Mapping[str, Any]]) -> Drained:
     return outcome
 
 
-def _late_records_kept(trajectory_id: int, error: ValueError, changes: Mapping[str, Any]) -> bool:
-    """A finished snapshot refused because the trainer's end arrived first: keep its records."""
+def _late_state_kept(trajectory_id: int, error: ValueError, changes: Mapping[str, Any]) -> bool:
+    """A snapshot refused because the trainer's end arrived first: keep its counts, timings
+    and records (``trajectory_final_state_keep``)."""
     if not isinstance(error, TrajectoryUpdateError) or not error.conflict:
         return False
-    records = {field: changes[field] for field in RECORD_FIELDS if field in changes}
-    if "step_records" not in records:
-        return False
-    return trajectory_records_complete(trajectory_id=trajectory_id, records=records)
+    late = {field: value for field, value in changes.items() if field != "status"}
+    return trajectory_final_state_keep(trajectory_id=trajectory_id, changes=late)
 
 
 def router_state_drain(*, count: int = 1000, rounds: int = 10) -> Drained:

@@ -31,6 +31,8 @@ UPDATABLE_FIELDS = (
 )
 # What the router alone records of a trajectory's steps (the length predictor's training data).
 RECORD_FIELDS = ("prompt_tokens", "step_records")
+# The router's timings of a trajectory, kept from a state that arrives after its end.
+LATE_GROWING_FIELDS = ("queueing_s", "generation_s", "tool_s", "total_s")
 
 
 class TrajectoryUpdateError(ValueError):
@@ -73,18 +75,38 @@ def trajectory_update(*, trajectory_id: int, changes: dict[str, Any]) -> Traject
     return trajectory
 
 
-def trajectory_records_complete(*, trajectory_id: int, records: dict[str, Any]) -> bool:
-    """Keep the router's record of an ended trajectory's steps when it arrives after the end.
+def trajectory_final_state_keep(*, trajectory_id: int, changes: dict[str, Any]) -> bool:
+    """Keep what the router's state of an ended trajectory adds when it arrives after the end.
 
-    The trainer's end can reach the control plane before the router's final snapshot, which is
-    the only one carrying the records; an ended row otherwise refuses every change. Only the
-    records are written, once (never over earlier ones), and nothing else of the row changes.
-    False when the row is not ended or already holds records.
+    A trainer ends a trajectory as soon as its last turn returns, before the router's state of
+    that turn (and its final snapshot, the only one carrying the step records) reaches the
+    control plane; an ended row otherwise refuses every change, and kept the counts of an
+    earlier snapshot (none at all for a trajectory ended within a state flush of its turns).
+    The status and the reward stay the trainer's: only the router's counts (tokens, steps,
+    prompt tokens; never lower), its timings (never lower), its worker (when none is known)
+    and its step records (once, never over earlier ones) are written. False when the row is not
+    ended or nothing of it changes.
     """
-    unknown = set(records) - set(RECORD_FIELDS)
+    unknown = set(changes) - set(UPDATABLE_FIELDS)
     if unknown:
-        raise TrajectoryUpdateError(sorted(unknown)[0], "not a record of an ended trajectory")
-    updated = Trajectory.objects.filter(
-        pk=trajectory_id, status__in=TERMINAL_TRAJECTORY_STATUSES, step_records__isnull=True
-    ).update(**records)
-    return updated == 1
+        raise TrajectoryUpdateError(sorted(unknown)[0], "not updatable")
+    with transaction.atomic():
+        trajectory = (
+            Trajectory.objects.select_for_update()
+            .filter(pk=trajectory_id, status__in=TERMINAL_TRAJECTORY_STATUSES)
+            .first()
+        )
+        if trajectory is None:
+            return False
+        kept: dict[str, Any] = {}
+        for field in (*MONOTONIC_FIELDS, *LATE_GROWING_FIELDS):
+            if field in changes and changes[field] > (getattr(trajectory, field) or 0):
+                kept[field] = changes[field]
+        if changes.get("llm_worker") and not trajectory.llm_worker:
+            kept["llm_worker"] = changes["llm_worker"]
+        if "step_records" in changes and trajectory.step_records is None:
+            kept.update({field: changes[field] for field in RECORD_FIELDS if field in changes})
+        if not kept:
+            return False
+        Trajectory.objects.filter(pk=trajectory_id).update(**kept)
+        return True

@@ -111,7 +111,8 @@ def test_the_routers_latest_state_lands_on_the_row(
 def test_states_that_cannot_apply_are_skipped_and_acknowledged(
     router_names: RegistryNames, redis_url: str
 ) -> None:
-    ended = TrajectoryFactory.create(status=TrajectoryStatus.FINISHED)
+    # ended, with counts and timings its late snapshot does not raise
+    ended = TrajectoryFactory.create(status=TrajectoryStatus.FINISHED, tokens=50, total_s=1e6)
     mine = TrajectoryFactory.create(tokens=500)
     theirs = TrajectoryFactory.create()
     foreign = _snapshot(theirs, tokens=600)
@@ -178,7 +179,7 @@ def test_a_finished_trajectory_keeps_the_steps_the_router_recorded(
 
 def test_the_records_of_a_trajectory_ended_before_its_final_snapshot_are_kept() -> None:
     """The trainer's end can reach the control plane first; the router's final snapshot then
-    still leaves its step records (once), and nothing else of the ended row changes."""
+    still leaves its step records (once) and its counts, and the status stays the trainer's."""
     trajectory = TrajectoryFactory.create(status=TrajectoryStatus.FINISHED, steps=2, tokens=90)
     finished = _snapshot(
         trajectory, status="finished", steps=2, tokens=100, prompt_tokens=12,
@@ -187,11 +188,30 @@ def test_the_records_of_a_trajectory_ended_before_its_final_snapshot_are_kept() 
     assert router_states_apply([finished]).applied == 1
     trajectory.refresh_from_db()
     assert trajectory.step_records == [[40, 1.5], [60, 0.0]] and trajectory.prompt_tokens == 12
-    assert (trajectory.status, trajectory.tokens) == (TrajectoryStatus.FINISHED, 90)
+    assert (trajectory.status, trajectory.tokens) == (TrajectoryStatus.FINISHED, 100)
     again = _snapshot(
         trajectory, status="finished", steps=2, tokens=100, prompt_tokens=99,
         step_tokens=[1, 1], step_tool_s=[0.0, 0.0],
     )  # fmt: skip
-    assert router_states_apply([again]).skipped == 1  # the first records stay
-    trajectory.refresh_from_db()
+    router_states_apply([again])
+    trajectory.refresh_from_db()  # the first records stay
     assert trajectory.step_records == [[40, 1.5], [60, 0.0]] and trajectory.prompt_tokens == 12
+
+
+def test_the_counts_of_a_trajectory_ended_right_after_its_turn_reach_the_row() -> None:
+    """A trainer ends a trajectory (REST API, with its reward) before the router's state of its
+    last turn arrives: the row takes the router's counts, timings and worker, and keeps the
+    trainer's status and reward; counts never go back."""
+    trajectory = TrajectoryFactory.create(status=TrajectoryStatus.FINISHED, reward=0.5)
+    late = _snapshot(
+        trajectory, status="tool_call", steps=2, tokens=127, worker="w0", generation_s=0.75,
+    )  # fmt: skip
+    assert router_states_apply([late]).applied == 1
+    trajectory.refresh_from_db()
+    assert (trajectory.status, trajectory.reward) == (TrajectoryStatus.FINISHED, 0.5)
+    assert (trajectory.steps, trajectory.tokens, trajectory.llm_worker) == (2, 127, "w0")
+    assert trajectory.generation_s == 0.75
+    older = _snapshot(trajectory, status="generating", steps=1, tokens=64, worker="w1")
+    router_states_apply([older])
+    trajectory.refresh_from_db()
+    assert (trajectory.steps, trajectory.tokens, trajectory.llm_worker) == (2, 127, "w0")
