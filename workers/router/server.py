@@ -20,8 +20,7 @@ Not served: upgrades (WebSocket), HTTP/2, request trailers.
 A streamed generation answer is written from the worker connection's socket callbacks
 (:mod:`workers.router.relay`, ``scope["extensions"]["loom.raw_stream"]``). The router serves on
 uvicorn unless ``--http-server lean`` is given: this server spends less of the router's CPU per
-request but has not shown a lower added latency (bench ``router_overhead`` measures both
-servers in every run).
+request (bench ``router_overhead`` measures both servers in every run).
 """
 
 from __future__ import annotations
