@@ -181,15 +181,22 @@ def _increment_runs(
         return ()
     if np.any(increments < -1e-12) or np.any(np.diff(increments[1:]) < -1e-9):
         raise ValueError("the fluid model needs a non-decreasing, convex alpha")
+    values = increments.tolist()
     runs = []
     first = 0
-    for offset in range(1, len(increments) + 1):
-        if offset == len(increments) or not np.isclose(
-            increments[offset], increments[first], rtol=1e-9, atol=1e-12
-        ):
-            runs.append((first, offset, float(increments[first])))
+    for offset in range(1, len(values) + 1):
+        if offset == len(values) or not _close(values[offset], values[first]):
+            runs.append((first, offset, values[first]))
             first = offset
     return tuple(runs)
+
+
+def _close(value: float, reference: float) -> bool:
+    """``np.isclose(value, reference, rtol=1e-9, atol=1e-12)`` on two floats, without numpy's
+    per-call overhead (the encoding's loop): equal infinities are close, NaN never is."""
+    if math.isfinite(value) and math.isfinite(reference):
+        return abs(value - reference) <= 1e-12 + 1e-9 * abs(reference)
+    return value == reference
 
 
 @dataclass(frozen=True)

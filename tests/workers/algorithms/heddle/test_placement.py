@@ -4,6 +4,7 @@ properties."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -219,3 +220,15 @@ def test_the_kv_pool_floor_binds_when_the_members_contexts_overflow_it() -> None
     lengths = [4.0] * 8  # each reads 4·4/2 = 8 tokens of its own context over its life
     assert group_makespan(lengths, roomy) == pytest.approx(4.0, rel=1e-6)
     assert group_makespan(lengths, tight) == pytest.approx(8 * 8.0 / 10.0, rel=1e-6)
+
+
+def test_the_run_encoding_closeness_is_numpys() -> None:
+    """``_close`` decides as ``np.isclose(rtol=1e-9, atol=1e-12)`` does, infinities and NaN
+    included (the run encoding's boundaries must not move)."""
+    from workers.algorithms.heddle.placement import _close
+
+    values = [0.0, 1e-13, 2e-12, 1.0, 1.0 + 5e-10, 1.0 + 2e-9, -1.0, 1e300, math.inf, -math.inf]
+    values.append(math.nan)
+    for value, reference in itertools.product(values, repeat=2):
+        expected = bool(np.isclose(value, reference, rtol=1e-9, atol=1e-12))
+        assert _close(value, reference) is expected, (value, reference)
