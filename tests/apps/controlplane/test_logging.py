@@ -20,6 +20,8 @@ def base_logging() -> Iterator[io.StringIO]:
     with DEBUG on as in the demo, every console handler writing to one buffer; the test
     settings' logging after."""
     stream = io.StringIO()
+    root = logging.getLogger()
+    root_level, root_handlers = root.level, list(root.handlers)  # pytest's capture among them
     with override_settings(DEBUG=True):
         configure_logging(settings.LOGGING_CONFIG, base.LOGGING)
         for name in ("", "django", "django.request", "httpx"):
@@ -30,6 +32,8 @@ def base_logging() -> Iterator[io.StringIO]:
             yield stream
         finally:
             configure_logging(settings.LOGGING_CONFIG, settings.LOGGING)
+            root.setLevel(root_level)
+            root.handlers[:] = root_handlers
 
 
 def test_a_django_request_warning_is_written_once(base_logging: io.StringIO) -> None:
