@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import cast
 
 import uvloop
@@ -44,16 +45,53 @@ def parse_service(text: str, devices: list[Device]) -> ServiceBackend:
     if task not in TASKS:
         raise ValueError(f"--service {text!r}: task must be one of {TASKS}, not {task!r}")
     if kind == "torch" and len(parts) == 3:
-        return TorchService(name, path, cast(Task, task))
+        return TorchService(name, _checkpoint(text, path), cast(Task, task))
     if kind == "sglang" and len(parts) == 4:
         return SglangService(
             name,
-            path,
+            _checkpoint(text, path),
             cast(Task, task),
             footprint_mb=float(parts[3]),
             device_memory_mb=min(device.memory_mb for device in devices),
         )
     raise ValueError(f"--service {text!r}: backend must be torch (3 parts) or sglang (4 parts)")
+
+
+def _checkpoint(text: str, path: str) -> str:
+    if not (Path(path) / "config.json").is_file():
+        raise ValueError(
+            f"--service {text!r}: {path} is not a Hugging Face checkpoint directory (it holds no "
+            "config.json); --make-checkpoint TASK:DIR writes a small one"
+        )
+    return path
+
+
+# discover_devices's parameters, as the command line names them
+_DEVICE_OPTIONS = {"count:": "--devices:", "memory_mb:": "--device-memory-mb:"}
+
+
+def configure(args: argparse.Namespace) -> tuple[list[Device], dict[str, ServiceBackend]]:
+    """The checkpoints to write, the devices and the services the command line declares; a
+    ValueError naming the option for anything wrong (``main`` prints it, no traceback)."""
+    for item in args.make_checkpoint:
+        task, _, path = item.partition(":")
+        if task not in TASKS or not path:
+            raise ValueError(f"--make-checkpoint {item!r}: expected TASK:DIR, TASK one of {TASKS}")
+        create_checkpoint(path, cast(Task, task))
+    try:
+        devices = discover_devices(args.devices, args.device_memory_mb)
+    except ValueError as error:
+        message = str(error)
+        for name, option in _DEVICE_OPTIONS.items():
+            message = message.replace(name, option, 1) if message.startswith(name) else message
+        raise ValueError(message) from error
+    services: dict[str, ServiceBackend] = {}
+    for text in args.service:
+        backend = parse_service(text, devices)
+        services[backend.name] = backend
+    if not services:
+        raise ValueError("--service: at least one is required")
+    return devices, services
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,17 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    for item in args.make_checkpoint:
-        task, _, path = item.partition(":")
-        create_checkpoint(path, cast(Task, task))
-    devices = discover_devices(args.devices, args.device_memory_mb)
-    services = {}
-    for text in args.service:
-        backend = parse_service(text, devices)
-        services[backend.name] = backend
-    if not services:
-        raise SystemExit("at least one --service is required")
+async def main_async(
+    args: argparse.Namespace, devices: list[Device], services: dict[str, ServiceBackend]
+) -> None:
     slots = compute_slots(devices) if args.host_compute_slots else None
     transport = RedisStreamsTransport(args.redis_url)
     agent = GpuAgent(
@@ -99,12 +129,17 @@ async def main_async(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     configure_logging(args.log_level)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no progress bars in an agent's log
-    uvloop.run(main_async(args))
+    try:
+        devices, services = configure(args)
+    except ValueError as error:
+        parser.error(str(error))  # usage and the reason, exit status 2
+    uvloop.run(main_async(args, devices, services))
     return 0
 
 
