@@ -5,8 +5,10 @@ front of them, both reading the control plane's keys and trajectories from Redis
 mode has no Redis, so the same router answers from the database instead (``DatabaseRegistry``)
 and the trajectory state it publishes is written to the rows directly (``router_states_apply``,
 what the production drain applies) and kept for the Rollouts page (``router_states_keep``, what
-it reads of the production stream). The engine is llama.cpp decoding the project's own small
-model (``workers.engine.tiny_model``), written under ``var/models`` on first use.
+it reads of the production stream); the routing policy an operator sets on that page is read
+from its row (``DatabasePolicyStore``) by the production router's own ``PolicyFeed``. The
+engine is llama.cpp decoding the project's own small model (``workers.engine.tiny_model``),
+written under ``var/models`` on first use.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from django.conf import settings
 from apps.dashboard.router_stream import router_states_keep
 from apps.jobs.authentication import hash_key
 from apps.jobs.router_keys import router_keys_served
+from apps.trajectories.models import RouterPolicy
+from apps.trajectories.router_control import router_policy_stored
 from apps.trajectories.router_registry import router_trajectories_served
 from apps.trajectories.router_state import router_states_apply
 from workers.cancelling import cancel_all_and_wait
@@ -30,8 +34,10 @@ from workers.engine.asgi import Server, bind
 from workers.engine.llamacpp import LlamaCppConfig, LlamaCppEngine
 from workers.engine.tiny_model import tiny_model
 from workers.router.app import RouterApp
+from workers.router.live_policy import PolicyFeed
 from workers.router.policies import make_policy
 from workers.router.pool import WorkerPool
+from workers.router.registry import RegistryNames
 
 log = logging.getLogger("loom.embedded.llm")
 
@@ -62,6 +68,22 @@ class DatabaseRegistry:
         return await asyncio.to_thread(lookup)
 
 
+class DatabasePolicyStore:
+    """``PolicyFeed``'s store read from the database (the embedded mode): the stored policy of
+    ``router``, as the production sync writes it to Redis (``router_policy_stored``)."""
+
+    def __init__(self, router: str) -> None:
+        self.router = router
+
+    async def get(self, key: str) -> str | None:
+        def lookup() -> str | None:
+            row = RouterPolicy.objects.select_related("changed_by").filter(router=self.router)
+            stored = row.first()
+            return None if stored is None else router_policy_stored(stored)
+
+        return await asyncio.to_thread(lookup)
+
+
 class EmbeddedLlm:
     """The CPU engine on a free loopback port and the router on ``host:port``."""
 
@@ -73,6 +95,8 @@ class EmbeddedLlm:
         self._pool: WorkerPool | None = None
         self._states: list[Mapping[str, Any]] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._policy_feed: PolicyFeed | None = None
+        self.router: RouterApp | None = None
 
     @property
     def url(self) -> str:
@@ -95,9 +119,15 @@ class EmbeddedLlm:
             models=(self.model_name,),
             publish=self._states.append,
         )
+        self.router = router
         router_server = Server(router, bind(self.host, self.port))
         await router_server.start()
         self._servers.append(router_server)
+        self._policy_feed = PolicyFeed(
+            DatabasePolicyStore(router.name), RegistryNames(""), router.name, router.forwarder,
+            lambda name: make_policy(name, batch_limit=self.slots),
+        )  # fmt: skip
+        await self._policy_feed.start()
         self._flusher = asyncio.create_task(self._flush_states())
         log.info("LLM router on %s/v1 serving %s (llama.cpp)", self.url, self.model_name)
 
@@ -116,6 +146,8 @@ class EmbeddedLlm:
                 log.exception("trajectory state from the router not written")
 
     async def stop(self) -> None:
+        if self._policy_feed is not None:
+            await self._policy_feed.stop()
         if self._flusher is not None:
             await cancel_all_and_wait((self._flusher,))
             await self._flush()

@@ -35,20 +35,26 @@ ROUTER_NAME_MAX = 100
 _COUNT_FIELDS = ("running_requests", "queued_requests", "kv_used_tokens")
 
 
+def router_policy_stored(row: RouterPolicy) -> str:
+    """A router's policy as the router reads it (``workers.router.live_policy``): JSON."""
+    return json.dumps(
+        {
+            "version": row.version,
+            "policy": row.policy,
+            "predictor": row.predictor,
+            "changed_by": row.changed_by.get_username() if row.changed_by else None,
+            "changed_at": row.changed_at.isoformat(),
+        }
+    )
+
+
 def _publish(row: RouterPolicy) -> None:
     client = configured_redis()
     if client is None:
         return
     names = RegistryNames(key_prefix())
-    value = {
-        "version": row.version,
-        "policy": row.policy,
-        "predictor": row.predictor,
-        "changed_by": row.changed_by.get_username() if row.changed_by else None,
-        "changed_at": row.changed_at.isoformat(),
-    }
     try:
-        client.set(names.router_policy(row.router), json.dumps(value))
+        client.set(names.router_policy(row.router), router_policy_stored(row))
         client.publish(names.router_policy_changed, row.router)
     except redis.RedisError:
         log.warning("router policy of %s not published; the router sync repairs it", row.router)
