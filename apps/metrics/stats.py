@@ -42,15 +42,30 @@ def ratio(used: float, total: float) -> float | None:
 
 
 def histogram(values: Sequence[float], bins: int = 20) -> list[dict[str, float]]:
-    """Equal-width histogram as ``[{"lo", "hi", "count"}]``; empty input gives no buckets."""
+    """Equal-width histogram as ``[{"lo", "hi", "count"}]``; empty input gives no buckets.
+    Whole-number values (steps, tokens) get whole-number buckets, ``lo``..``hi`` inclusive."""
     if not values:
         return []
     array = np.asarray(values, dtype=float)
     low, high = float(array.min()), float(array.max())
     if high <= low:
         return [{"lo": low, "hi": high, "count": len(values)}]
+    if np.all(np.isfinite(array)) and np.all(array == np.floor(array)):
+        return _integer_histogram(array, int(low), int(high), bins)
     counts, edges = np.histogram(array, bins=min(bins, max(1, len(values))), range=(low, high))
     return [
         {"lo": round(float(edges[i]), 3), "hi": round(float(edges[i + 1]), 3), "count": int(c)}
+        for i, c in enumerate(counts)
+    ]
+
+
+def _integer_histogram(array: np.ndarray, low: int, high: int, bins: int) -> list[dict[str, float]]:
+    """Buckets of a whole number of values each, the last one ending at ``high``."""
+    width = -(-(high - low + 1) // bins)  # ceiling
+    edges = np.arange(low, high + width + 1, width)
+    edges = edges[: int(np.searchsorted(edges, high, side="right")) + 1]
+    counts, _ = np.histogram(array, bins=edges)
+    return [
+        {"lo": int(edges[i]), "hi": min(int(edges[i + 1]) - 1, high), "count": int(c)}
         for i, c in enumerate(counts)
     ]
