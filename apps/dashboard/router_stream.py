@@ -49,6 +49,13 @@ def router_states_keep(states: Iterable[Mapping[str, Any]]) -> None:
         _in_process.extend(states)
 
 
+def router_states_forget() -> None:
+    """The router of this process stopped: its states are no longer the page's to read."""
+    global _in_process
+    with _in_process_lock:
+        _in_process = None
+
+
 def _in_process_newest_first() -> list[Mapping[str, Any]] | None:
     with _in_process_lock:
         return None if _in_process is None else list(reversed(_in_process))

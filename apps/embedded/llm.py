@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 
-from apps.dashboard.router_stream import router_states_keep
+from apps.dashboard.router_stream import router_states_forget, router_states_keep
 from apps.jobs.authentication import hash_key
 from apps.jobs.router_keys import router_keys_served
 from apps.trajectories.models import RouterPolicy
@@ -151,6 +151,7 @@ class EmbeddedLlm:
         if self._flusher is not None:
             await cancel_all_and_wait((self._flusher,))
             await self._flush()
+        router_states_forget()
         for server in reversed(self._servers):
             await server.stop()
         if self._pool is not None:

@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 
 from apps.dashboard import router_stream
-from apps.dashboard.router_stream import router_groups, router_states_keep, router_stream_read
+from apps.dashboard.router_stream import (
+    router_groups,
+    router_states_forget,
+    router_states_keep,
+    router_stream_read,
+)
 from tests.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
@@ -40,3 +45,11 @@ def test_the_in_process_routers_newest_states_are_read(operator_client: Any) -> 
     body = operator_client.get("/dashboard/api/rollouts").json()
     assert body["router_fields"] is True
     assert [g["group"] for g in body["router_groups"]] == ["g1"]
+
+
+def test_a_stopped_router_is_no_longer_read() -> None:
+    trajectory = TrajectoryFactory.create()
+    router_states_keep([{"trajectory": trajectory.pk, "job": str(trajectory.job_id)}])
+    assert router_stream_read([trajectory.pk]) is not None
+    router_states_forget()
+    assert router_stream_read([trajectory.pk]) is None
