@@ -156,3 +156,17 @@ def test_demo_command_sets_up_and_reprints(tmp_path, settings):
     call_command("demo", "--no-serve", stdout=out)
     assert password in out.getvalue() and raw_key in out.getvalue()
     assert ApiKey.objects.filter(job=job).count() == 1
+
+
+def test_demo_ctrl_c_stops_with_a_line_not_a_traceback(tmp_path, settings, monkeypatch):
+    from apps.embedded.management.commands import demo
+
+    def interrupted(main):  # what asyncio.run does on SIGINT once the serving has stopped
+        main.close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo.asyncio, "run", interrupted)
+    settings.VAR_DIR = tmp_path
+    out = io.StringIO()
+    call_command("demo", stdout=out)
+    assert out.getvalue().rstrip().endswith("stopped")

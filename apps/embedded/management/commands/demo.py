@@ -198,7 +198,9 @@ class Command(BaseCommand):
         base = f"http://{options['host']}:{options['port']}"
         llm = f"http://{options['host']}:{options['llm_port']}/v1"
         self._print_summary(base, llm, password, raw_key, staff_key)
-        if not options["no_serve"]:
+        if options["no_serve"]:
+            return
+        try:
             asyncio.run(
                 serve_embedded(
                     host=options["host"],
@@ -207,6 +209,8 @@ class Command(BaseCommand):
                     workload=not options["no_workload"],
                 )
             )
+        except KeyboardInterrupt:  # Ctrl-C: asyncio.run stopped everything, then re-raised it
+            self.stdout.write("stopped")
 
     @transaction.atomic
     def _set_up(self, var_dir: Path) -> tuple[str, str, str]:
