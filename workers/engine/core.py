@@ -369,7 +369,7 @@ class EmulatedEngine(RequestBook):
         KV is counted as admission reserves it: a running request's whole context, even the part
         still to be prefilled (SGLang allocates a request's prefill when it admits it)."""
         self._fill()
-        self._trim_cache()
+        self._trim_cache()  # the cache gives way to what was admitted and to decode growth
 
     def _fill(self) -> None:
         kv_used = float(sum(r.context_tokens for r in self._running.values()))

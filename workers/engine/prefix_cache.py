@@ -76,9 +76,7 @@ class PrefixCache:
         its ``sequence`` (prompt and generated tokens, as chained hashes) is cached, most
         recently used, tail installed first (module docstring)."""
         for block in chain[: acquired_tokens // self.block_tokens]:
-            users = self._users.get(block)
-            if users is None:  # not possible while in use; tolerated for safety
-                continue
+            users = self._users[block]  # in use since ``acquire``: never evicted
             self._users[block] = users - 1
             if users == 1:
                 self._evictable += 1

@@ -67,7 +67,7 @@ def _checkpoint(text: str, path: str) -> str:
 
 
 # discover_devices's parameters, as the command line names them
-_DEVICE_OPTIONS = {"count:": "--devices:", "memory_mb:": "--device-memory-mb:"}
+_DEVICE_OPTIONS = {"count": "--devices", "memory_mb": "--device-memory-mb"}
 
 
 def configure(args: argparse.Namespace) -> tuple[list[Device], dict[str, ServiceBackend]]:
@@ -81,10 +81,8 @@ def configure(args: argparse.Namespace) -> tuple[list[Device], dict[str, Service
     try:
         devices = discover_devices(args.devices, args.device_memory_mb)
     except ValueError as error:
-        message = str(error)
-        for name, option in _DEVICE_OPTIONS.items():
-            message = message.replace(name, option, 1) if message.startswith(name) else message
-        raise ValueError(message) from error
+        parameter, _, reason = str(error).partition(": ")
+        raise ValueError(f"{_DEVICE_OPTIONS.get(parameter, parameter)}: {reason}") from error
     services: dict[str, ServiceBackend] = {}
     for text in args.service:
         backend = parse_service(text, devices)
